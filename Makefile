@@ -1,0 +1,27 @@
+# The README's two commands: `make run` (default experiment) and `make test`.
+# Both create or reuse .venv first; `make venv` does only that.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv run test clean-venv
+
+venv: $(STAMP)
+
+# tensorflow-federated 0.87.0 pins jax 0.4.14 (gone from PyPI); requirements.txt
+# is complete and pinned (jax 0.4.13), so it is installed with --no-deps.
+$(STAMP): requirements.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
+	touch $(STAMP)
+
+run: venv
+	$(PY) -m binaries.train $(ARGS)
+
+test: venv
+	$(PY) -m pytest -n 2 -q tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,18 @@
+"""Shared pytest set-up: one TFF execution context per test session."""
+
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pytest  # pylint: disable=g-import-not-at-top
+
+from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+
+
+@pytest.fixture(scope='session', autouse=True)
+def tff_execution_context():
+  runtime.set_local_execution_context()
+  yield
+  runtime.stop_worker_processes()

@@ -1,0 +1,90 @@
+"""FedOpt (Reddi et al., "Adaptive Federated Optimization", Algorithm 1).
+
+Each round t, every sampled client k starts from the global model x_t and
+runs its client optimizer (SGD in the paper) over its local epochs; the server
+forms the example-weighted mean of the client deltas (Algorithm 5; uniform
+weighting is an option),
+
+    Delta_t = sum_k n_k (x_k - x_t) / sum_k n_k,
+
+and hands -Delta_t, as a pseudo-gradient, to its server optimizer:
+
+    FedAvg      SGD, server learning rate 1     x_{t+1} = x_t + Delta_t
+    FedAvgM     SGD with momentum (0.9)
+    FedAdagrad, FedAdam, FedYogi   `tff_opt.optimizers` (Algorithm 2)
+
+The client learning rate may follow a schedule (`tff_opt.schedules`, e.g.
+the paper's staircase ExpDecay). A round whose aggregate is not finite is
+rejected by the finalizer: model and server-optimizer state stay as they
+were, and the finalizer reports `update_non_finite = 1`.
+"""
+
+from collections.abc import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import client_work as client_work_lib
+from tff_opt import composers
+
+
+def build_fed_opt(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> tff.learning.templates.LearningProcess:
+  """Builds a FedOpt `LearningProcess`.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`
+      (e.g. `tff.learning.optimizers.build_sgdm(0.1)`).
+    server_optimizer_fn: The server's optimizer, applied to the averaged
+      pseudo-gradient (e.g. `tff_opt.optimizers.build_fed_yogi(0.01)`).
+    client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (the
+      paper's Algorithm 5) or `UNIFORM`.
+    client_lr_schedule: Optional round number -> client learning rate.
+    model_aggregator: Weighted aggregation factory for the deltas;
+      `tff.aggregators.MeanFactory()` by default.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`. `next(state, datasets)` takes
+    a list of client `tf.data.Dataset`s, already batched and repeated for the
+    local epochs.
+
+  Raises:
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  for name, value in (('client_optimizer_fn', client_optimizer_fn),
+                      ('server_optimizer_fn', server_optimizer_fn)):
+    if not isinstance(value, tff.learning.optimizers.Optimizer):
+      raise TypeError(f'{name} must be a tff.learning.optimizers.Optimizer, '
+                      f'got {type(value).__name__}.')
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  client_work = client_work_lib.build_local_training(
+      model_fn,
+      client_optimizer_fn,
+      client_weighting=client_weighting,
+      learning_rate_schedule=client_lr_schedule)
+  update_type = client_work.next.type_signature.result.result.member
+  aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
+      update_type.update, update_type.update_weight)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer_fn, weights_type)
+  return composers.compose_learning_process(initial_model_weights_fn,
+                                            distributor, client_work,
+                                            aggregator, finalizer)

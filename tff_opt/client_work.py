@@ -1,0 +1,252 @@
+"""The one local-training loop every tff-opt algorithm runs on its clients.
+
+On client k, starting from the broadcast model w_t, the loop takes one step
+per batch b of the client's dataset (the dataset already holds its epochs):
+
+    loss(w)  = L_k(w; b) + penalty(w, broadcast, learning_rate=eta)
+    w        <- client_optimizer.next(w, grad loss(w))
+
+and reports the model delta in TFF's *gradient form*, w_t - w_final (what
+`tff.learning.templates.build_apply_optimizer_finalizer` expects), weighted by
+the client's number of examples (Reddi et al., Algorithm 5) or uniformly.
+
+An algorithm chooses what changes:
+
+- `penalty`: a pure function `(weights, broadcast, *, learning_rate) ->
+  scalar tf.Tensor` added to the batch loss inside the gradient tape, so its
+  gradient comes from autodiff, never written by hand. `weights` is the list
+  of trainable variables in model order; `broadcast` is what the distributor
+  sent (a `tff.learning.models.ModelWeights`, or a mapping whose
+  `'model_weights'` entry is one, plus the algorithm's extras); the learning
+  rate is this round's client learning rate eta (FedFOR divides by it).
+- `broadcast_type`: the type of what the distributor sends, when it is more
+  than the model.
+- `learning_rate_schedule`: round number -> client learning rate, overriding
+  the optimizer's `learning_rate` hyper-parameter each round (ExpDecay of
+  Reddi et al. Appendix E.6 is `schedules.staircase_decay`).
+
+Choices written down here:
+- A client whose delta has a non-finite entry reports a zero delta with zero
+  weight (it drops out of the weighted mean), as TFF's own client work does;
+  the number of such clients is reported as `non_finite_clients`.
+- Training metrics are those of the batches as they are trained on (the
+  model before each step), summed over clients then finalized, as in TFF.
+- The round's client learning rate is reported as `client_learning_rate`.
+"""
+
+import collections
+from collections.abc import Callable
+from typing import Any, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+Penalty = Callable[..., tf.Tensor]
+
+ROUND_NUM_KEY = 'round_num'
+OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
+LEARNING_RATE_KEY = 'learning_rate'
+MODEL_WEIGHTS_KEY = 'model_weights'
+
+
+def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
+  """Returns the model weights inside what a distributor broadcast."""
+  if isinstance(broadcast, tff.learning.models.ModelWeights):
+    return broadcast
+  return broadcast[MODEL_WEIGHTS_KEY]
+
+
+def _num_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
+  if output.num_examples is not None:
+    return tf.cast(output.num_examples, tf.int64)
+  return tf.shape(tf.nest.flatten(output.predictions)[0], out_type=tf.int64)[0]
+
+
+def _zero_if_non_finite(delta):
+  """Returns (delta or zeros, 1 if any entry was non-finite else 0)."""
+  finite = tf.reduce_all(
+      [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(delta)])
+  delta = tf.cond(finite, lambda: delta,
+                  lambda: tf.nest.map_structure(tf.zeros_like, delta))
+  return delta, tf.cast(tf.logical_not(finite), tf.int32)
+
+
+def _build_client_update(model_fn, optimizer, penalty, client_weighting):
+  """Returns a `tf.function` (hparams, broadcast, dataset) -> client outputs.
+
+  Must be called inside a `tff.tensorflow.computation`: the model's
+  variables are created in that computation's graph.
+  """
+  model = model_fn()
+  model_weights = tff.learning.models.ModelWeights.from_model(model)
+  trainable = model_weights.trainable
+
+  @tf.function
+  def client_update(hparams, broadcast, dataset):
+    initial_weights = model_weights_of(broadcast)
+    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
+                          initial_weights)
+    learning_rate = hparams[LEARNING_RATE_KEY]
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+    optimizer_state = optimizer.set_hparams(
+        optimizer.initialize(specs), hparams)
+    num_examples = tf.constant(0, tf.int64)
+
+    for batch in iter(dataset):
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+        loss = output.loss
+        if penalty is not None:
+          loss += penalty(trainable, broadcast, learning_rate=learning_rate)
+      gradients = tape.gradient(loss, trainable)
+      optimizer_state, updated = optimizer.next(
+          optimizer_state, tuple(trainable), tuple(gradients))
+      for variable, value in zip(trainable, updated):
+        variable.assign(value)
+      num_examples += _num_examples(output)
+
+    delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                  trainable)
+    delta, non_finite = _zero_if_non_finite(delta)
+    if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+      weight = tf.cast(num_examples, tf.float32)
+    else:
+      weight = tf.constant(1.0, tf.float32)
+    weight = tf.where(non_finite > 0, 0.0, weight)
+    if non_finite > 0:
+      model.reset_metrics()
+    return (tff.learning.templates.ClientResult(
+        update=delta, update_weight=weight),
+            model.report_local_unfinalized_metrics(), non_finite)
+
+  return client_update
+
+
+def build_local_training(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    *,
+    penalty: Optional[Penalty] = None,
+    broadcast_type: Optional[tff.Type] = None,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+) -> tff.learning.templates.ClientWorkProcess:
+  """Builds the shared local-training `ClientWorkProcess`.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    client_optimizer: A `tff.learning.optimizers.Optimizer` with a
+      `learning_rate` hyper-parameter; it takes the local steps.
+    penalty: Optional `(weights, broadcast, *, learning_rate) -> scalar`
+      added to every batch loss (see the module docstring).
+    broadcast_type: The unplaced type of what the distributor sends; the
+      model's `ModelWeights` type when `None`.
+    client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (default)
+      or `UNIFORM`.
+    learning_rate_schedule: Optional callable round number -> client learning
+      rate; when given it replaces the optimizer's learning rate each round.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess` whose state is
+    `{'round_num', 'optimizer_hparams'}` at the server, whose `next` takes
+    `(state, broadcast@CLIENTS, datasets@CLIENTS)`, and whose measurements
+    are `{'train': finalized metrics, 'client_learning_rate',
+    'non_finite_clients'}`.
+
+  Raises:
+    TypeError: If `client_weighting` is not a `tff.learning.ClientWeighting`
+      or the optimizer has no `learning_rate` hyper-parameter.
+  """
+  if not isinstance(client_weighting, tff.learning.ClientWeighting):
+    raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
+                    f'got {client_weighting!r}.')
+  with tf.Graph().as_default():
+    model = model_fn()
+    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
+        model.metric_finalizers())
+    element_type = tff.types.tensorflow_to_type(model.input_spec)
+    weights_type = tff.learning.models.weights_type_from_model(model)
+  data_type = tff.SequenceType(element_type)
+  if broadcast_type is None:
+    broadcast_type = weights_type
+
+  initial_hparams = client_optimizer.get_hparams(
+      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
+  if LEARNING_RATE_KEY not in initial_hparams:
+    raise TypeError('client_optimizer must have a learning_rate '
+                    f'hyper-parameter; it has {list(initial_hparams)}.')
+  initial_state = collections.OrderedDict([
+      (ROUND_NUM_KEY, 0),
+      (OPTIMIZER_HPARAMS_KEY, initial_hparams),
+  ])
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_state, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+  hparams_type = state_type[OPTIMIZER_HPARAMS_KEY]
+
+  @tff.tensorflow.computation(state_type)
+  def round_hparams(state):
+    hparams = collections.OrderedDict(state[OPTIMIZER_HPARAMS_KEY])
+    if learning_rate_schedule is not None:
+      hparams[LEARNING_RATE_KEY] = tf.cast(
+          learning_rate_schedule(state[ROUND_NUM_KEY]),
+          hparams[LEARNING_RATE_KEY].dtype)
+    return hparams
+
+  @tff.tensorflow.computation(hparams_type)
+  def learning_rate_of(hparams):
+    return hparams[LEARNING_RATE_KEY]
+
+  @tff.tensorflow.computation(state_type)
+  def advance(state):
+    return collections.OrderedDict([
+        (ROUND_NUM_KEY, state[ROUND_NUM_KEY] + 1),
+        (OPTIMIZER_HPARAMS_KEY, state[OPTIMIZER_HPARAMS_KEY]),
+    ])
+
+  @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
+  def client_update(hparams, broadcast, dataset):
+    update_fn = _build_client_update(model_fn, client_optimizer, penalty,
+                                     client_weighting)
+    return update_fn(hparams, broadcast, dataset)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(broadcast_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def next_fn(state, broadcast, client_data):
+    hparams = tff.federated_map(round_hparams, state)
+    client_result, model_outputs, non_finite = tff.federated_map(
+        client_update, (tff.federated_broadcast(hparams), broadcast,
+                        client_data))
+    measurements = tff.federated_zip(
+        collections.OrderedDict(
+            train=metrics_aggregation_fn(model_outputs),
+            client_learning_rate=tff.federated_map(learning_rate_of, hparams),
+            non_finite_clients=tff.federated_sum(non_finite),
+        ))
+    return tff.templates.MeasuredProcessOutput(
+        tff.federated_map(advance, state), client_result, measurements)
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return state[OPTIMIZER_HPARAMS_KEY]
+
+  @tff.tensorflow.computation(state_type, hparams_type)
+  def set_hparams_fn(state, hparams):
+    return collections.OrderedDict([
+        (ROUND_NUM_KEY, state[ROUND_NUM_KEY]),
+        (OPTIMIZER_HPARAMS_KEY, hparams),
+    ])
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn,
+      next_fn,
+      get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn)

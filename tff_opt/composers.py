@@ -1,0 +1,138 @@
+"""Puts distributor, client work, aggregator and finalizer into one process.
+
+This is `tff.learning.templates.compose_learning_process` with one more route:
+a distributor may also receive the finalizer's state. FedCurv broadcasts the
+Fisher sums u, v and FedADC the global momentum m_t, both of which the
+finalizer computes; TFF's composer only hands the distributor the model.
+
+A distributor asks for the route by taking, as its value argument, a
+`ServerState(model_weights, finalizer_state)` (see
+`distributors.with_finalizer_state`). Any other distributor gets the model
+weights alone, exactly as in TFF, so every `tff.learning.templates` part
+composes here unchanged.
+
+The process state is `tff.learning.templates.LearningAlgorithmState`, so
+`get_model_weights`, `set_model_weights`, `get_hparams` and `set_hparams`
+behave as for TFF's own algorithms; per-part measurements are reported under
+`distributor`, `client_work`, `aggregator` and `finalizer`.
+"""
+
+import collections
+from typing import Any, NamedTuple
+
+import tensorflow_federated as tff
+
+
+class ServerState(NamedTuple):
+  """What a state-reading distributor receives at the server."""
+  model_weights: Any
+  finalizer_state: Any
+
+
+def _wants_finalizer_state(distributor) -> bool:
+  value_type = distributor.next.type_signature.parameter[1].member
+  return (isinstance(value_type, tff.StructWithPythonType) and
+          value_type.python_container is ServerState)
+
+
+def compose_learning_process(
+    initial_model_weights_fn: tff.Computation,
+    distributor: tff.learning.templates.DistributionProcess,
+    client_work: tff.learning.templates.ClientWorkProcess,
+    aggregator: tff.templates.AggregationProcess,
+    finalizer: tff.learning.templates.FinalizerProcess,
+) -> tff.learning.templates.LearningProcess:
+  """Composes the four parts into a `tff.learning.templates.LearningProcess`.
+
+  Args:
+    initial_model_weights_fn: A no-arg `tff.Computation` returning the
+      (unplaced) initial `tff.learning.models.ModelWeights`.
+    distributor: Sends the model (and extras) to clients.
+    client_work: Trains on clients and reports an update and its weight.
+    aggregator: A weighted `tff.templates.AggregationProcess`.
+    finalizer: Applies the aggregate to the global model.
+
+  Returns:
+    A `LearningProcess` whose `next(state, client_datasets)` runs one round.
+
+  Raises:
+    TypeError: If the parts do not fit together.
+  """
+  if not _wants_finalizer_state(distributor):
+    return tff.learning.templates.compose_learning_process(
+        initial_model_weights_fn, distributor, client_work, aggregator,
+        finalizer)
+  if not aggregator.is_weighted:
+    raise TypeError('The aggregator must be weighted.')
+  data_type = client_work.next.type_signature.parameter[2]
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_zip(
+        tff.learning.templates.LearningAlgorithmState(
+            tff.federated_eval(initial_model_weights_fn, tff.SERVER),
+            distributor.initialize(), client_work.initialize(),
+            aggregator.initialize(), finalizer.initialize()))
+
+  state_type = init_fn.type_signature.result
+
+  @tff.federated_computation(state_type, data_type)
+  def next_fn(state, client_data):
+    distributor_output = distributor.next(
+        state.distributor,
+        tff.federated_zip(
+            ServerState(state.global_model_weights, state.finalizer)))
+    client_output = client_work.next(state.client_work,
+                                     distributor_output.result, client_data)
+    aggregator_output = aggregator.next(state.aggregator,
+                                        client_output.result.update,
+                                        client_output.result.update_weight)
+    finalizer_output = finalizer.next(state.finalizer,
+                                      state.global_model_weights,
+                                      aggregator_output.result)
+    new_state = tff.federated_zip(
+        tff.learning.templates.LearningAlgorithmState(
+            finalizer_output.result, distributor_output.state,
+            client_output.state, aggregator_output.state,
+            finalizer_output.state))
+    metrics = tff.federated_zip(
+        collections.OrderedDict(
+            distributor=distributor_output.measurements,
+            client_work=client_output.measurements,
+            aggregator=aggregator_output.measurements,
+            finalizer=finalizer_output.measurements))
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+  member_type = state_type.member
+
+  @tff.tensorflow.computation(member_type)
+  def get_model_weights(state):
+    return state.global_model_weights
+
+  @tff.tensorflow.computation(member_type, member_type.global_model_weights)
+  def set_model_weights(state, model_weights):
+    return tff.learning.templates.LearningAlgorithmState(
+        model_weights, state.distributor, state.client_work, state.aggregator,
+        state.finalizer)
+
+  @tff.tensorflow.computation(member_type)
+  def get_hparams(state):
+    return collections.OrderedDict(
+        client_work=client_work.get_hparams(state.client_work),
+        finalizer=finalizer.get_hparams(state.finalizer))
+
+  @tff.tensorflow.computation(member_type, get_hparams.type_signature.result)
+  def set_hparams(state, hparams):
+    return tff.learning.templates.LearningAlgorithmState(
+        state.global_model_weights, state.distributor,
+        client_work.set_hparams(state.client_work, hparams['client_work']),
+        state.aggregator,
+        finalizer.set_hparams(state.finalizer, hparams['finalizer']))
+
+  return tff.learning.templates.LearningProcess(
+      init_fn,
+      next_fn,
+      get_model_weights,
+      set_model_weights,
+      get_hparams_fn=get_hparams,
+      set_hparams_fn=set_hparams)
