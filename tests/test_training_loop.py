@@ -1,0 +1,131 @@
+"""The simulation loop: sampling, metrics files, checkpoints and resume."""
+
+import csv
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt import training_loop
+
+CLIENTS = {f'client_{k}': c for k, c in enumerate(
+    tiny.make_clients(num_clients=6, seed=5, sizes=(8, 12, 5, 9, 3, 7)))}
+
+
+def _dataset(client_id):
+  x, y = CLIENTS[client_id]
+  return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(16).batch(4)
+
+
+@pytest.fixture(scope='module')
+def process():
+  return algorithms.build_fed_opt(
+      tiny.model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.5))
+
+
+def _train(process, output_dir, rounds, **kwargs):
+  initial = tiny.set_weights(process, process.initialize(),
+                             tiny.initial_weights())
+  return training_loop.run_training(
+      process,
+      client_ids=sorted(CLIENTS),
+      client_dataset_fn=_dataset,
+      clients_per_round=3,
+      rounds=rounds,
+      seed=7,
+      output_dir=output_dir,
+      initial_state=initial,
+      log=None,
+      **kwargs)
+
+
+def _csv_rows(output_dir):
+  with open(os.path.join(output_dir, training_loop.METRICS_FILE)) as f:
+    return list(csv.DictReader(f))
+
+
+def test_sample_clients_is_seeded_per_round_and_distinct():
+  ids = [f'c{i}' for i in range(50)]
+  a = training_loop.sample_clients(ids, 10, seed=1, round_num=3)
+  assert a == training_loop.sample_clients(ids, 10, seed=1, round_num=3)
+  assert len(set(a)) == 10
+  assert a != training_loop.sample_clients(ids, 10, seed=1, round_num=4)
+  assert a != training_loop.sample_clients(ids, 10, seed=2, round_num=3)
+  with pytest.raises(ValueError, match=r'clients_per_round must be in '
+                     r'\[1, 50\] \(the number of training clients\), got 51'):
+    training_loop.sample_clients(ids, 51, seed=1, round_num=1)
+
+
+def test_flatten_metrics_names():
+  flat = training_loop.flatten_metrics({
+      'distributor': {},
+      'client_work': {'train': {'loss': 1.5, 'accuracy': np.float32(0.25)},
+                      'client_learning_rate': 0.1},
+      'aggregator': {'mean_value': (), 'norm': 2.0},
+      'finalizer': {'update_non_finite': np.int32(0), 'norm': 3.0},
+  })
+  assert flat == {
+      'train_loss': 1.5, 'train_accuracy': 0.25, 'client_learning_rate': 0.1,
+      'aggregator_norm': 2.0, 'update_non_finite': 0.0, 'finalizer_norm': 3.0}
+
+
+def test_metrics_csv_has_one_row_per_round_and_leading_columns(
+    process, tmp_path):
+  output_dir = str(tmp_path / 'run')
+  result = _train(process, output_dir, rounds=3, evaluate_fn=lambda w: {
+      'loss': 0.5, 'accuracy': 0.75}, eval_every=2)
+  rows = _csv_rows(output_dir)
+  assert [r['round'] for r in rows] == ['1', '2', '3']
+  assert list(rows[0])[:6] == list(training_loop.LEADING_COLUMNS)
+  # Evaluated on round 2 (eval_every) and round 3 (the last) only.
+  assert [r['eval_accuracy'] for r in rows] == ['', '0.75', '0.75']
+  assert float(rows[0]['train_num_examples']) > 0
+  assert len(result.rows) == 3
+  assert os.listdir(os.path.join(output_dir, training_loop.TENSORBOARD_DIR))
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(process, tmp_path):
+  straight = str(tmp_path / 'straight')
+  interrupted = str(tmp_path / 'interrupted')
+  expected = _train(process, straight, rounds=5, checkpoint_every=2)
+
+  _train(process, interrupted, rounds=3, checkpoint_every=2)
+  # Simulate a crash after round 3 was logged but before its checkpoint.
+  checkpoints = os.path.join(interrupted, training_loop.CHECKPOINT_DIR)
+  shutil.rmtree(os.path.join(checkpoints, 'program_state_3'))
+  assert [r['round'] for r in _csv_rows(interrupted)] == ['1', '2', '3']
+
+  resumed = _train(process, interrupted, rounds=5, checkpoint_every=2)
+  assert resumed.start_round == 2
+  rows = _csv_rows(interrupted)
+  assert [r['round'] for r in rows] == ['1', '2', '3', '4', '5']
+  for got, want in zip(rows, _csv_rows(straight)):
+    assert float(got['train_loss']) == pytest.approx(
+        float(want['train_loss']), rel=1e-6)
+  for got, want in zip(tiny.trainable(process, resumed.state),
+                       tiny.trainable(process, expected.state)):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_finished_run_is_not_recomputed(process, tmp_path):
+  output_dir = str(tmp_path / 'done')
+  first = _train(process, output_dir, rounds=2)
+  again = _train(process, output_dir, rounds=2)
+  assert again.start_round == 2
+  assert [r['round'] for r in _csv_rows(output_dir)] == ['1', '2']
+  for got, want in zip(tiny.trainable(process, again.state),
+                       tiny.trainable(process, first.state)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bad_counts_are_rejected(process):
+  with pytest.raises(ValueError, match='rounds must be a positive integer, '
+                     'got 0'):
+    _train(process, None, rounds=0)

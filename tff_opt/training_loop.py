@@ -1,0 +1,325 @@
+"""The simulation loop: sample clients, run rounds, evaluate, log, checkpoint.
+
+Round r (counting from 1) samples `clients_per_round` distinct training
+clients with a generator seeded by (seed, r), builds their datasets after
+seeding TensorFlow with (seed, r) (so dataset shuffles are fixed), runs one
+`process.next`, and appends one row to `metrics.csv`. A run is therefore a
+function of its seed: resuming from a checkpoint after round r replays
+rounds r+1... exactly as an uninterrupted run would.
+
+Files in `output_dir`:
+  metrics.csv      one row per round; rewritten atomically after each round
+  tensorboard/     the same scalars as TensorBoard events
+  checkpoints/     `tff.program.FileProgramStateManager` program states,
+                   one every `checkpoint_every` rounds and after the last
+
+Resuming: the latest checkpoint (round v) is loaded and the rows of
+`metrics.csv` after round v (written before an interruption, not covered by
+a checkpoint) are dropped and recomputed, so the file never holds a round
+twice or misses one.
+"""
+
+import asyncio
+import collections
+import concurrent.futures
+import csv
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+METRICS_FILE = 'metrics.csv'
+CHECKPOINT_DIR = 'checkpoints'
+TENSORBOARD_DIR = 'tensorboard'
+PROCESS_STATE_KEY = 'process_state'
+
+# Columns first in metrics.csv, in this order; any other metric follows.
+LEADING_COLUMNS = ('round', 'train_loss', 'train_accuracy', 'eval_loss',
+                   'eval_accuracy', 'round_seconds')
+
+
+def sample_clients(client_ids: Sequence[str], clients_per_round: int, *,
+                   seed: int, round_num: int) -> list[str]:
+  """Samples distinct clients for a round, deterministically.
+
+  Args:
+    client_ids: The population, in a fixed order.
+    clients_per_round: How many to sample, at most `len(client_ids)`.
+    seed: The run's seed.
+    round_num: The round (from 1); each round gets its own draw.
+
+  Returns:
+    The sampled client ids.
+
+  Raises:
+    ValueError: If `clients_per_round` is not in [1, len(client_ids)].
+  """
+  if not 1 <= clients_per_round <= len(client_ids):
+    raise ValueError(
+        f'clients_per_round must be in [1, {len(client_ids)}] (the number of '
+        f'training clients), got {clients_per_round}.')
+  rng = np.random.default_rng([seed, round_num])
+  chosen = rng.choice(len(client_ids), size=clients_per_round, replace=False)
+  return [client_ids[i] for i in chosen]
+
+
+def flatten_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+  """Flattens a process's nested metrics into `metrics.csv` column names.
+
+  `client_work/train/<m>` becomes `train_<m>`; every other scalar leaf keeps
+  its own name (`finalizer/update_non_finite` -> `update_non_finite`), or
+  `<part>_<name>` when two parts report the same name.
+  """
+  leaves = []
+
+  def visit(path, value):
+    if isinstance(value, Mapping):
+      for key, sub in value.items():
+        visit(path + (str(key),), sub)
+      return
+    array = np.asarray(value)
+    if array.size != 1:
+      return
+    leaves.append((path, float(array.reshape(()))))
+
+  visit((), dict(metrics))
+  counts = collections.Counter(path[-1] for path, _ in leaves)
+  flat = {}
+  for path, value in leaves:
+    if path[:2] == ('client_work', 'train'):
+      name = 'train_' + '_'.join(path[2:])
+    elif counts[path[-1]] == 1:
+      name = path[-1]
+    else:
+      name = '_'.join(path)
+    flat[name] = value
+  return flat
+
+
+class MetricsLog:
+  """`metrics.csv` (one row per round, atomic rewrite) plus TensorBoard."""
+
+  def __init__(self, output_dir: str):
+    self._path = os.path.join(output_dir, METRICS_FILE)
+    self._rows: list[dict[str, Any]] = []
+    if os.path.exists(self._path):
+      with open(self._path, newline='') as f:
+        for row in csv.DictReader(f):
+          self._rows.append({k: _parse(v) for k, v in row.items()})
+    self._writer = tf.summary.create_file_writer(
+        os.path.join(output_dir, TENSORBOARD_DIR))
+
+  @property
+  def rows(self) -> list[dict[str, Any]]:
+    return list(self._rows)
+
+  def drop_rounds_after(self, round_num: int) -> int:
+    """Drops rows of rounds > `round_num`; returns how many were dropped."""
+    kept = [r for r in self._rows if int(r['round']) <= round_num]
+    dropped = len(self._rows) - len(kept)
+    self._rows = kept
+    if dropped:
+      self._write_csv()
+    return dropped
+
+  def append(self, row: Mapping[str, Any]) -> None:
+    self._rows.append(dict(row))
+    self._write_csv()
+    with self._writer.as_default(step=int(row['round'])):
+      for name, value in row.items():
+        if name != 'round' and isinstance(value, (int, float)):
+          tf.summary.scalar(name, value)
+    self._writer.flush()
+
+  def _columns(self) -> list[str]:
+    seen = collections.OrderedDict()
+    for row in self._rows:
+      for name in row:
+        seen[name] = None
+    leading = [c for c in LEADING_COLUMNS if c in seen]
+    return leading + [c for c in seen if c not in LEADING_COLUMNS]
+
+  def _write_csv(self) -> None:
+    columns = self._columns()
+    tmp = self._path + '.tmp'
+    with open(tmp, 'w', newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=columns, restval='')
+      writer.writeheader()
+      for row in self._rows:
+        writer.writerow(row)
+    os.replace(tmp, self._path)
+
+
+def _parse(text: str):
+  """Reads a CSV cell back: int, float, or '' for a metric not logged."""
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
+
+
+def _run_sync(coroutine):
+  """Runs a coroutine to completion, also from inside a running event loop."""
+  try:
+    asyncio.get_running_loop()
+  except RuntimeError:
+    return asyncio.run(coroutine)
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    return pool.submit(asyncio.run, coroutine).result()
+
+
+@dataclasses.dataclass
+class TrainingResult:
+  """What `run_training` returns."""
+  state: Any
+  rows: list[dict[str, Any]]
+  start_round: int
+  seconds: float
+
+
+def _format_row(row: Mapping[str, Any], rounds: int) -> str:
+  parts = [f"round {int(row['round']):>{len(str(rounds))}}/{rounds}"]
+  for name in ('train_loss', 'train_accuracy', 'eval_loss', 'eval_accuracy'):
+    if name in row and row[name] != '':
+      parts.append(f'{name} {row[name]:.4f}')
+  for name, value in row.items():
+    if name.startswith('eval_') and name not in ('eval_loss', 'eval_accuracy',
+                                                 'eval_num_examples',
+                                                 'eval_num_batches'):
+      if isinstance(value, float):
+        parts.append(f'{name} {value:.4f}')
+  if row.get('update_non_finite'):
+    parts.append('REJECTED (non-finite update; model kept)')
+  parts.append(f"{row['round_seconds']:.2f}s")
+  return '  '.join(parts)
+
+
+def run_training(
+    process: tff.learning.templates.LearningProcess,
+    *,
+    client_ids: Sequence[str],
+    client_dataset_fn: Callable[[str], tf.data.Dataset],
+    clients_per_round: int,
+    rounds: int,
+    seed: int = 0,
+    output_dir: Optional[str] = None,
+    evaluate_fn: Optional[Callable[[Any], Mapping[str, Any]]] = None,
+    eval_every: int = 1,
+    checkpoint_every: int = 10,
+    initial_state: Any = None,
+    log: Optional[Callable[[str], None]] = print,
+) -> TrainingResult:
+  """Trains `process` for `rounds` rounds, resuming from `output_dir`.
+
+  Args:
+    process: The `LearningProcess` to run.
+    client_ids: The training population, in a fixed order.
+    client_dataset_fn: Client id -> its preprocessed training dataset.
+    clients_per_round: Clients sampled each round.
+    rounds: Total number of rounds (a resumed run stops at the same round).
+    seed: Seeds client sampling and dataset shuffling, per round.
+    output_dir: Where metrics and checkpoints go; `None` keeps nothing.
+    evaluate_fn: Optional model weights -> metrics, run every `eval_every`
+      rounds and after the last; its metrics are logged as `eval_<name>`.
+    eval_every: Evaluation period in rounds.
+    checkpoint_every: Checkpoint period in rounds (and after the last).
+    initial_state: The state to start from when there is no checkpoint;
+      `process.initialize()` when `None`.
+    log: Called with one progress line per round and a summary; `None` is
+      silent.
+
+  Returns:
+    A `TrainingResult` with the final state and all metric rows.
+
+  Raises:
+    ValueError: If a count is not positive.
+  """
+  for name, value in (('rounds', rounds), ('eval_every', eval_every),
+                      ('checkpoint_every', checkpoint_every)):
+    if value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value}.')
+  log = log or (lambda _: None)
+  client_ids = list(client_ids)
+  sample_clients(client_ids, clients_per_round, seed=seed, round_num=1)
+  if initial_state is None:
+    initial_state = process.initialize()
+  state, start_round = initial_state, 0
+  metrics_log = manager = None
+  if output_dir is not None:
+    os.makedirs(output_dir, exist_ok=True)
+    manager = tff.program.FileProgramStateManager(
+        os.path.join(output_dir, CHECKPOINT_DIR), keep_total=3, keep_first=True)
+    saved, version = _run_sync(
+        manager.load_latest({PROCESS_STATE_KEY: initial_state}))
+    if saved is not None:
+      state, start_round = saved[PROCESS_STATE_KEY], version
+    metrics_log = MetricsLog(output_dir)
+    dropped = metrics_log.drop_rounds_after(start_round)
+    if start_round:
+      log(f'Resuming after round {start_round} from '
+          f'{os.path.join(output_dir, CHECKPOINT_DIR)}'
+          + (f' (recomputing {dropped} rounds logged after that checkpoint)'
+             if dropped else ''))
+  rows = metrics_log.rows if metrics_log else []
+
+  started = time.perf_counter()
+  for round_num in range(start_round + 1, rounds + 1):
+    round_start = time.perf_counter()
+    sampled = sample_clients(client_ids, clients_per_round, seed=seed,
+                             round_num=round_num)
+    tf.random.set_seed(seed * 1_000_003 + round_num)
+    datasets = [client_dataset_fn(cid) for cid in sampled]
+    output = process.next(state, datasets)
+    state = output.state
+    row = {'round': round_num}
+    row.update(flatten_metrics(output.metrics))
+    if evaluate_fn is not None and (round_num % eval_every == 0 or
+                                    round_num == rounds):
+      weights = process.get_model_weights(state)
+      for name, value in evaluate_fn(weights).items():
+        if isinstance(value, float):
+          row[f'eval_{name}'] = value
+    row['round_seconds'] = time.perf_counter() - round_start
+    rows.append(row)
+    if metrics_log is not None:
+      metrics_log.append(row)
+    log(_format_row(row, rounds))
+    if manager is not None and (round_num % checkpoint_every == 0 or
+                                round_num == rounds):
+      _run_sync(manager.save({PROCESS_STATE_KEY: state}, round_num))
+  seconds = time.perf_counter() - started
+  log(summarize(rows, rounds=rounds, seconds=seconds,
+                new_rounds=rounds - start_round, output_dir=output_dir))
+  return TrainingResult(state, rows, start_round, seconds)
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], *, rounds: int,
+              seconds: float, new_rounds: int,
+              output_dir: Optional[str]) -> str:
+  """Returns the one-line summary printed at the end of a run."""
+  parts = [f'done: {rounds} rounds ({new_rounds} run now, {seconds:.1f} s)']
+  evaluated = [r for r in rows if _is_number(r.get('eval_accuracy'))]
+  if evaluated:
+    best = max(evaluated, key=lambda r: r['eval_accuracy'])
+    parts.append(f"final eval_accuracy {evaluated[-1]['eval_accuracy']:.4f} "
+                 f"(best {best['eval_accuracy']:.4f} at round "
+                 f"{int(best['round'])})")
+  elif rows and _is_number(rows[-1].get('eval_loss')):
+    parts.append(f"final eval_loss {rows[-1]['eval_loss']:.4f}")
+  if rows and _is_number(rows[-1].get('train_loss')):
+    parts.append(f"final train_loss {rows[-1]['train_loss']:.4f}")
+  if output_dir:
+    parts.append(f'results in {output_dir}')
+  return '; '.join(parts)
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and math.isfinite(value)
