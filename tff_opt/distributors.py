@@ -1,0 +1,75 @@
+"""Distributors: what the server broadcasts to the clients each round.
+
+FedOpt broadcasts the model alone (`tff.learning.templates.
+build_broadcast_process`). Algorithms that broadcast more send a mapping
+
+    {'model_weights': w_t, <extra name>: <extra value>, ...}
+
+which the shared client work unpacks with `client_work.model_weights_of`;
+penalties read their extras from it by name.
+
+`with_finalizer_state` broadcasts extras computed from the finalizer's state
+(FedADC's global momentum, FedCurv's Fisher sums): the composer hands such a
+distributor `composers.ServerState(model_weights, finalizer_state)`.
+"""
+
+import collections
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tensorflow_federated as tff
+
+from tff_opt import client_work
+from tff_opt import composers
+
+
+def with_finalizer_state(
+    model_weights_type: tff.Type,
+    finalizer_state_type: tff.Type,
+    extras_fn: Callable[[Any], Mapping[str, Any]],
+) -> tff.learning.templates.DistributionProcess:
+  """Broadcasts the model and extras read from the finalizer's state.
+
+  Args:
+    model_weights_type: The unplaced `ModelWeights` type of the model.
+    finalizer_state_type: The unplaced type of the finalizer's state (the
+      member of `finalizer.initialize.type_signature.result`).
+    extras_fn: A TF function finalizer state -> `{name: tensor structure}`,
+      run at the server before the broadcast.
+
+  Returns:
+    A stateless `DistributionProcess` whose value argument is a
+    `composers.ServerState` and whose result, at the clients, is
+    `{'model_weights': ..., **extras_fn(finalizer_state)}`.
+
+  Raises:
+    ValueError: If `extras_fn` returns the reserved name 'model_weights'.
+  """
+  server_type = tff.StructWithPythonType(
+      [('model_weights', model_weights_type),
+       ('finalizer_state', finalizer_state_type)], composers.ServerState)
+
+  @tff.tensorflow.computation(server_type)
+  def broadcast_value(server_state):
+    extras = extras_fn(server_state.finalizer_state)
+    if client_work.MODEL_WEIGHTS_KEY in extras:
+      raise ValueError("extras_fn must not return the reserved key "
+                       f"'{client_work.MODEL_WEIGHTS_KEY}'.")
+    return collections.OrderedDict(
+        [(client_work.MODEL_WEIGHTS_KEY, server_state.model_weights)] +
+        list(extras.items()))
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(server_type, tff.SERVER))
+  def next_fn(state, server_state):
+    value = tff.federated_map(broadcast_value, server_state)
+    return tff.templates.MeasuredProcessOutput(
+        state=state,
+        result=tff.federated_broadcast(value),
+        measurements=tff.federated_value((), tff.SERVER))
+
+  return tff.learning.templates.DistributionProcess(init_fn, next_fn)
