@@ -3,7 +3,8 @@
 import os
 import sys
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# Quiet TensorFlow's C++ start-up lines (CUDA probes) in test output.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # pylint: disable=g-import-not-at-top
@@ -15,4 +16,4 @@ from tff_opt import runtime  # pylint: disable=g-import-not-at-top
 def tff_execution_context():
   runtime.set_local_execution_context()
   yield
-  runtime.stop_worker_processes()
+  runtime.shutdown()

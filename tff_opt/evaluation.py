@@ -30,6 +30,15 @@ def build_evaluator(
   model = model_fn()
   weights = tff.learning.models.ModelWeights.from_model(model)
   finalizers = model.metric_finalizers()
+  unfinalized_type = tff.types.tensorflow_to_type(
+      tf.nest.map_structure(lambda t: tf.TensorSpec.from_tensor(
+          tf.convert_to_tensor(t)), model.report_local_unfinalized_metrics()))
+
+  # Keras-backed finalizers build a metric object per call, which only a
+  # graph allows: finalize in a (tiny) TF computation.
+  @tff.tensorflow.computation(unfinalized_type)
+  def finalize(unfinalized):
+    return {name: f(unfinalized[name]) for name, f in finalizers.items()}
 
   @tf.function
   def run_pass():
@@ -40,11 +49,8 @@ def build_evaluator(
   def evaluate(model_weights: tff.learning.models.ModelWeights):
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, model_weights)
     model.reset_metrics()
-    unfinalized = run_pass()
-    return {
-        name: _to_float(finalizer(unfinalized[name]))
-        for name, finalizer in finalizers.items()
-    }
+    finalized = finalize(run_pass())
+    return {name: _to_float(value) for name, value in finalized.items()}
 
   return evaluate
 

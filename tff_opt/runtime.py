@@ -17,6 +17,7 @@ import threading
 
 import psutil
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 
 _WORKER_NAME = 'worker_binary'
 _lock = threading.Lock()
@@ -64,6 +65,27 @@ def stop_worker_processes(timeout: float = 5.0) -> int:
   return len(workers)
 
 
+def _release_contexts() -> None:
+  """Drops TFF's execution contexts while the interpreter is still whole.
+
+  Importing TFF installs a default context whose service manager's
+  `__del__` runs at interpreter teardown, when `subprocess` is already gone,
+  and prints an "Exception ignored ... Traceback". Replacing the context at
+  exit lets TFF release it (and stop its worker) normally.
+  """
+  tff.framework.set_default_context(runtime_error_context.RuntimeErrorContext())
+
+
+def shutdown() -> None:
+  """Releases TFF's execution contexts, then stops any worker left.
+
+  Runs at exit by itself; call it to end TFF's runtime earlier (a test
+  session's teardown). A later computation needs a new context.
+  """
+  _release_contexts()
+  stop_worker_processes()
+
+
 def _exit_on_signal(signum, frame):
   del frame
   sys.exit(128 + signum)
@@ -74,7 +96,7 @@ def _install_hooks() -> None:
   with _lock:
     if _hooks_installed:
       return
-    atexit.register(stop_worker_processes)
+    atexit.register(shutdown)
     if threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
@@ -98,3 +120,8 @@ def set_local_execution_context(max_concurrent_clients: int | None = None):
   _install_hooks()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=(max_concurrent_clients or -1))
+
+
+# Registered on import so that any program using tff-opt exits cleanly, even
+# one that fails before it sets a context (a bad flag, say).
+_install_hooks()

@@ -1,0 +1,353 @@
+r"""Trains one federated algorithm on one task and records every round.
+
+    python -m binaries.train                          # digits, FedYogi
+    python -m binaries.train --task=digits --server_opt=adam --rounds=50
+    python -m binaries.train --helpfull               # every flag
+
+Flags left unset take the task's defaults (`tasks.task_defaults`), which
+follow the paper's settings where the paper gives them. Results go to
+`--output_dir` (default `results/<task>_<algorithm>_<server_opt>_<time>`):
+
+    hparams.json   every setting of the run (flags after task defaults)
+    metrics.csv    one row per round: round, train_loss, train_accuracy,
+                   eval_loss, eval_accuracy (on evaluation rounds),
+                   round_seconds, and the process's other measurements
+    tensorboard/   the same scalars as TensorBoard events
+    checkpoints/   program state every --checkpoint_every rounds
+
+Running again with the same `--output_dir` resumes from the last checkpoint
+and continues the same `metrics.csv`; `--rounds` may be raised to train on.
+A directory made with other settings is refused, never overwritten.
+"""
+
+import datetime
+import json
+import os
+import sys
+
+# TensorFlow's C++ start-up chatter (CUDA probes, CPU features) hides the
+# progress lines; set before TensorFlow is first imported. TFF's worker
+# process inherits it.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
+from absl import logging  # pylint: disable=g-import-not-at-top
+
+from tff_opt import optimizers
+from tff_opt import registry
+from tff_opt import runtime
+
+# Imported after absl so flag definitions below can list their choices.
+import tasks  # pylint: disable=g-bad-import-order
+
+HPARAMS_FILE = 'hparams.json'
+# Settings that may change when a run is resumed: they do not change what
+# the run computes.
+RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
+                     'max_concurrent_clients')
+
+# --- What to train -----------------------------------------------------------
+flags.DEFINE_enum('task', 'digits', tasks.TASK_NAMES, 'Benchmark task.')
+flags.DEFINE_enum('algorithm', 'fedopt', list(registry.ALGORITHMS),
+                  'Federated algorithm: ' + '; '.join(
+                      f'{a.name}: {a.summary}'
+                      for a in registry.ALGORITHMS.values()))
+flags.DEFINE_string('data_dir', None,
+                    'Where the task looks for its dataset files (the cache '
+                    'directory of TFF / TFDS loaders).')
+
+# --- Server optimizer --------------------------------------------------------
+flags.DEFINE_enum('server_opt', None, optimizers.SERVER_OPTIMIZERS,
+                  'Server optimizer: sgd (FedAvg with --server_lr=1), sgdm '
+                  '(FedAvgM), adagrad/adam/yogi (Reddi et al. Algorithm 2, no '
+                  'bias correction), tff_adagrad/tff_adam/tff_yogi (TFF\'s '
+                  'bias-corrected ones). Default: the task\'s.')
+flags.DEFINE_float('server_lr', None, 'Server learning rate eta. Default: '
+                   'the task\'s.', lower_bound=0.0)
+flags.DEFINE_float('server_tau', None, 'Adaptivity tau of adagrad/adam/yogi '
+                   '(v_{-1} = tau^2). Default: the task\'s.', lower_bound=0.0)
+flags.DEFINE_float('server_beta_1', None, 'First-moment decay beta_1. '
+                   'Default: the task\'s, else the optimizer\'s (0.9; 0 for '
+                   'adagrad).')
+flags.DEFINE_float('server_beta_2', None, 'Second-moment decay beta_2. '
+                   'Default: the task\'s, else 0.99.')
+flags.DEFINE_float('server_momentum', 0.9, 'Momentum of --server_opt=sgdm.')
+
+# --- Clients -----------------------------------------------------------------
+flags.DEFINE_enum('client_opt', None, optimizers.CLIENT_OPTIMIZERS,
+                  'Client optimizer. Default: the task\'s (sgd).')
+flags.DEFINE_float('client_lr', None, 'Client learning rate. Default: the '
+                   'task\'s.', lower_bound=0.0)
+flags.DEFINE_enum('client_lr_decay', 'none', ['none', 'staircase'],
+                  'Client learning-rate schedule: staircase multiplies it by '
+                  '--client_lr_decay_factor every --client_lr_decay_every '
+                  'rounds (ExpDecay of Reddi et al., Appendix E.6).')
+flags.DEFINE_float('client_lr_decay_factor', 0.1, 'Staircase decay factor.')
+flags.DEFINE_integer('client_lr_decay_every', 500,
+                     'Rounds between two staircase decays.', lower_bound=1)
+flags.DEFINE_enum('client_weighting', 'num_examples',
+                  ['num_examples', 'uniform'],
+                  'How client updates are averaged: by number of examples '
+                  '(Reddi et al. Algorithm 5) or uniformly.')
+flags.DEFINE_integer('clients_per_round', None, 'Clients sampled per round. '
+                     'Default: the task\'s.', lower_bound=1)
+flags.DEFINE_integer('client_epochs', None, 'Local epochs per round. '
+                     'Default: the task\'s.', lower_bound=1)
+flags.DEFINE_integer('client_batch_size', None, 'Local batch size. Default: '
+                     'the task\'s.', lower_bound=1)
+
+# --- The run -----------------------------------------------------------------
+flags.DEFINE_integer('rounds', None, 'Number of rounds. Default: the '
+                     'task\'s.', lower_bound=1)
+flags.DEFINE_integer('eval_every', None, 'Evaluate on the held-out clients '
+                     'every this many rounds (and after the last). Default: '
+                     'the task\'s.', lower_bound=1)
+flags.DEFINE_integer('seed', 0, 'Seeds the initial model, client sampling and '
+                     'shuffling: a run is a function of its flags.')
+flags.DEFINE_string('output_dir', None, 'Where results go. Default: '
+                    'results/<task>_<algorithm>_<server_opt>_<timestamp>.')
+flags.DEFINE_integer('checkpoint_every', 10, 'Save program state every this '
+                     'many rounds (and after the last).', lower_bound=1)
+flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
+                     'client computations at once (TFF\'s C++ executor); '
+                     'unlimited by default.', lower_bound=1)
+
+FLAGS = flags.FLAGS
+
+
+class UsageError(Exception):
+  """A bad flag or a bad output directory: reported in one line."""
+
+
+def resolve_hparams() -> dict:
+  """Returns every setting of the run: flags, then the task's defaults."""
+  defaults = tasks.task_defaults(FLAGS.task)
+
+  def pick(flag_name, default_name=None):
+    value = FLAGS[flag_name].value
+    return value if value is not None else getattr(
+        defaults, default_name or flag_name)
+
+  hparams = {
+      'task': FLAGS.task,
+      'algorithm': FLAGS.algorithm,
+      'data_dir': FLAGS.data_dir,
+      'server_opt': pick('server_opt', 'server_optimizer'),
+      'server_lr': pick('server_lr'),
+      'server_tau': pick('server_tau'),
+      'server_beta_1': pick('server_beta_1'),
+      'server_beta_2': pick('server_beta_2'),
+      'server_momentum': FLAGS.server_momentum,
+      'client_opt': pick('client_opt', 'client_optimizer'),
+      'client_lr': pick('client_lr'),
+      'client_lr_decay': FLAGS.client_lr_decay,
+      'client_lr_decay_factor': FLAGS.client_lr_decay_factor,
+      'client_lr_decay_every': FLAGS.client_lr_decay_every,
+      'client_weighting': FLAGS.client_weighting,
+      'clients_per_round': pick('clients_per_round'),
+      'client_epochs': pick('client_epochs'),
+      'client_batch_size': pick('client_batch_size'),
+      'rounds': pick('rounds'),
+      'eval_every': pick('eval_every'),
+      'seed': FLAGS.seed,
+      'checkpoint_every': FLAGS.checkpoint_every,
+      'max_concurrent_clients': FLAGS.max_concurrent_clients,
+  }
+  for name in registry.ALGORITHMS[FLAGS.algorithm].hparams:
+    hparams[name] = FLAGS[name].value
+  hparams['output_dir'] = FLAGS.output_dir or os.path.join(
+      'results', '{task}_{algorithm}_{server_opt}_{time}'.format(
+          time=datetime.datetime.now().strftime('%Y%m%d-%H%M%S'), **hparams))
+  return hparams
+
+
+def prepare_output_dir(hparams: dict) -> bool:
+  """Creates or checks `output_dir`; returns True when resuming.
+
+  Raises:
+    UsageError: If the directory is not writable, holds results made with
+      other settings, or holds results without their hparams.json.
+  """
+  output_dir = hparams['output_dir']
+  path = os.path.join(output_dir, HPARAMS_FILE)
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+    probe = os.path.join(output_dir, '.write_test')
+    with open(probe, 'w') as f:
+      f.write('')
+    os.remove(probe)
+  except OSError as e:
+    raise UsageError(f'--output_dir={output_dir} is not a writable directory: '
+                     f'{e.strerror or e}.') from e
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        saved = json.load(f)
+    except (OSError, ValueError) as e:
+      raise UsageError(f'--output_dir={output_dir}: cannot read {path} '
+                       f'({e}); refusing to touch that directory.') from e
+    differences = [
+        f'--{k}={hparams.get(k)!r} (saved run: {saved.get(k)!r})'
+        for k in sorted(hparams)
+        if k not in RESUMABLE_CHANGES and saved.get(k) != hparams[k]
+    ]
+    if differences:
+      raise UsageError(
+          f'--output_dir={output_dir} holds a run with other settings: ' +
+          '; '.join(differences) +
+          '. Use another --output_dir, or the same settings to resume.')
+    return True
+  leftovers = [n for n in os.listdir(output_dir) if not n.startswith('.')]
+  if leftovers:
+    raise UsageError(
+        f'--output_dir={output_dir} is not empty and has no {HPARAMS_FILE} '
+        f'(found {", ".join(sorted(leftovers)[:3])}); refusing to write '
+        'into it. Use an empty or new directory.')
+  return False
+
+
+def write_hparams(hparams: dict, extra: dict) -> None:
+  path = os.path.join(hparams['output_dir'], HPARAMS_FILE)
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump({**hparams, **extra}, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def run(hparams: dict) -> None:
+  """Builds the task and the algorithm from `hparams` and trains."""
+  # Heavy imports here, so that bad flags are reported without paying them.
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from tff_opt import evaluation  # pylint: disable=g-import-not-at-top
+  from tff_opt import schedules  # pylint: disable=g-import-not-at-top
+  from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
+
+  resuming = prepare_output_dir(hparams)
+  runtime.set_local_execution_context(hparams['max_concurrent_clients'])
+
+  task = tasks.create_task(
+      hparams['task'],
+      train_client_spec=tff.simulation.baselines.ClientSpec(
+          num_epochs=hparams['client_epochs'],
+          batch_size=hparams['client_batch_size']),
+      eval_client_spec=tff.simulation.baselines.ClientSpec(
+          num_epochs=1, batch_size=max(hparams['client_batch_size'], 128)),
+      data_dir=hparams['data_dir'],
+      seed=hparams['seed'])
+  train_data = task.datasets.train_data
+  client_ids = sorted(train_data.client_ids)
+  if hparams['clients_per_round'] > len(client_ids):
+    raise UsageError(
+        f"--clients_per_round={hparams['clients_per_round']} is larger than "
+        f"the {len(client_ids)} training clients of task {hparams['task']}.")
+
+  try:
+    server_optimizer = optimizers.build_server_optimizer(
+        hparams['server_opt'],
+        learning_rate=hparams['server_lr'],
+        tau=hparams['server_tau'],
+        beta_1=hparams['server_beta_1'],
+        beta_2=hparams['server_beta_2'],
+        momentum=hparams['server_momentum'])
+    client_optimizer = optimizers.build_client_optimizer(
+        hparams['client_opt'], learning_rate=hparams['client_lr'])
+    schedule = None
+    if hparams['client_lr_decay'] == 'staircase':
+      schedule = schedules.staircase_decay(
+          hparams['client_lr'],
+          decay_factor=hparams['client_lr_decay_factor'],
+          decay_every=hparams['client_lr_decay_every'])
+  except ValueError as e:
+    raise UsageError(str(e)) from e
+  weighting = (tff.learning.ClientWeighting.NUM_EXAMPLES
+               if hparams['client_weighting'] == 'num_examples' else
+               tff.learning.ClientWeighting.UNIFORM)
+  algorithm_hparams = {
+      h: hparams[h] for h in registry.ALGORITHMS[hparams['algorithm']].hparams
+  }
+  try:
+    process = registry.build_process(
+        hparams['algorithm'],
+        task.model_fn,
+        client_optimizer_fn=client_optimizer,
+        server_optimizer_fn=server_optimizer,
+        client_weighting=weighting,
+        client_lr_schedule=schedule,
+        **algorithm_hparams)
+  except ValueError as e:
+    raise UsageError(str(e)) from e
+
+  if not resuming:
+    write_hparams(hparams, {
+        'num_train_clients': len(client_ids),
+        'num_test_clients': len(task.datasets.test_data.client_ids),
+        'partition': tasks.describe_task_data(
+            hparams['task'], data_dir=hparams['data_dir'],
+            seed=hparams['seed']),
+    })
+  else:
+    write_hparams(hparams, _saved_extras(hparams))
+
+  # The initial model is a function of --seed.
+  tf.keras.utils.set_random_seed(hparams['seed'])
+  initial_weights = tff.learning.models.ModelWeights.from_model(
+      task.model_fn())
+  initial_state = process.set_model_weights(
+      process.initialize(),
+      tf.nest.map_structure(lambda v: np.asarray(v.numpy()), initial_weights))
+
+  eval_data = task.datasets.eval_preprocess_fn(
+      task.datasets.test_data.create_tf_dataset_from_all_clients())
+  evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
+
+  def client_dataset(client_id):
+    return task.datasets.train_preprocess_fn(
+        train_data.create_tf_dataset_for_client(client_id))
+
+  print(f"tff-opt: task={hparams['task']} algorithm={hparams['algorithm']} "
+        f"server_opt={hparams['server_opt']} rounds={hparams['rounds']} "
+        f"clients_per_round={hparams['clients_per_round']} "
+        f"output_dir={hparams['output_dir']}", flush=True)
+  training_loop.run_training(
+      process,
+      client_ids=client_ids,
+      client_dataset_fn=client_dataset,
+      clients_per_round=hparams['clients_per_round'],
+      rounds=hparams['rounds'],
+      seed=hparams['seed'],
+      output_dir=hparams['output_dir'],
+      evaluate_fn=evaluate,
+      eval_every=hparams['eval_every'],
+      checkpoint_every=hparams['checkpoint_every'],
+      initial_state=initial_state,
+      log=lambda line: print(line, flush=True))
+
+
+def _saved_extras(hparams: dict) -> dict:
+  with open(os.path.join(hparams['output_dir'], HPARAMS_FILE)) as f:
+    saved = json.load(f)
+  return {k: v for k, v in saved.items() if k not in hparams}
+
+
+def main(argv):
+  logging.set_verbosity(logging.WARNING)
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])} (flags take the form '
+          '--name=value).')
+  try:
+    run(resolve_hparams())
+  except UsageError as e:
+    _fail(str(e))
+
+
+def _fail(message: str) -> None:
+  print(f'train: error: {message}', file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,183 @@
+"""Benchmark tasks: federated data + preprocessing + model + metrics.
+
+A task is a name in a small registry mapping it to a builder, the options the
+builder accepts (with their defaults), and the default training settings the
+binary uses when a flag is not given:
+
+    task = tasks.create_task('digits', train_client_spec=ClientSpec(1, 10),
+                             alpha=0.1)
+    task.model_fn()          # tff.learning.models.VariableModel
+    task.datasets.train_data, task.datasets.test_data   # ClientData
+    tasks.task_defaults('digits').server_lr
+
+To add a task, write `tasks/<name>.py` with a builder taking
+`(*, train_client_spec, eval_client_spec, data_dir, use_synthetic_data, seed,
+**options)` and returning a `tff.simulation.baselines.BaselineTask`, and add
+one `_TaskEntry` to `_REGISTRY` below.
+"""
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tensorflow_federated as tff
+
+from tasks import digits
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskDefaults:
+  """Default training settings of a task (used when a flag is not given).
+
+  `client_optimizer` and `server_optimizer` are names (e.g. 'sgd', 'yogi');
+  `server_tau` is the adaptivity / epsilon of adaptive server optimizers and
+  `server_beta_1`, `server_beta_2` their moment decays. Evaluation on the
+  held-out clients runs every `eval_every` rounds (and after the last).
+  """
+  rounds: int
+  clients_per_round: int
+  client_epochs: int
+  client_batch_size: int
+  client_optimizer: str
+  client_lr: float
+  server_optimizer: str
+  server_lr: float
+  server_tau: float
+  server_beta_1: float
+  server_beta_2: float
+  eval_every: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskEntry:
+  builder: Callable[..., tff.simulation.baselines.BaselineTask]
+  options: Mapping[str, Any]  # Option name -> default value.
+  defaults: TaskDefaults
+  # (seed, use_synthetic_data, data_dir, **options) -> JSON-ready summaries
+  # of the client partitions, or None when the task has none to report.
+  describe: Callable[..., dict[str, Any]] | None = None
+
+
+def _describe_digits(*, seed, use_synthetic_data, data_dir, **options):
+  del data_dir
+  return digits.describe_split(digits.split_digits(
+      seed=seed, use_synthetic_data=use_synthetic_data, **options))
+
+
+_REGISTRY: dict[str, _TaskEntry] = {
+    'digits': _TaskEntry(
+        builder=digits.create_digits_task,
+        options=digits.DEFAULT_OPTIONS,
+        defaults=TaskDefaults(
+            rounds=150,
+            clients_per_round=10,
+            client_epochs=2,
+            client_batch_size=10,
+            client_optimizer='sgd',
+            client_lr=0.1,
+            server_optimizer='yogi',
+            server_lr=0.01,
+            server_tau=1e-3,
+            server_beta_1=0.9,
+            server_beta_2=0.99,
+            eval_every=10,
+        ),
+        describe=_describe_digits,
+    ),
+}
+
+TASK_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
+
+
+def _entry(name: str) -> _TaskEntry:
+  if name not in _REGISTRY:
+    raise ValueError(
+        f'Unknown task {name!r}; known tasks: {", ".join(TASK_NAMES)}')
+  return _REGISTRY[name]
+
+
+def _resolve_options(name: str, entry: _TaskEntry,
+                     options: Mapping[str, Any]) -> dict[str, Any]:
+  for option in sorted(options):
+    if option not in entry.options:
+      raise ValueError(
+          f'Unknown option {option!r} for task {name!r}; known options: '
+          f'{", ".join(sorted(entry.options))}')
+  return {**entry.options, **options}
+
+
+def task_defaults(name: str) -> TaskDefaults:
+  """The default training settings of task `name`.
+
+  Raises:
+    ValueError: If `name` is not a known task.
+  """
+  return _entry(name).defaults
+
+
+def task_options(name: str) -> dict[str, Any]:
+  """The options task `name` accepts, with their default values.
+
+  Raises:
+    ValueError: If `name` is not a known task.
+  """
+  return dict(_entry(name).options)
+
+
+def create_task(
+    name: str,
+    *,
+    train_client_spec: tff.simulation.baselines.ClientSpec,
+    eval_client_spec: tff.simulation.baselines.ClientSpec | None = None,
+    data_dir: str | None = None,
+    use_synthetic_data: bool = False,
+    seed: int = 0,
+    **options: Any,
+) -> tff.simulation.baselines.BaselineTask:
+  """Creates the benchmark task `name`.
+
+  Args:
+    name: One of `TASK_NAMES`.
+    train_client_spec: How train client datasets are preprocessed (epochs,
+      batch size, max elements, shuffle buffer).
+    eval_client_spec: How evaluation client datasets are preprocessed; `None`
+      means the task's default (one pass, unshuffled).
+    data_dir: Where the task's data are cached, for tasks that load files.
+    use_synthetic_data: Use small synthetic data of the task's shapes.
+    seed: Seed of everything random in the data (splits, partitions).
+    **options: Task-specific options (see `task_options(name)`).
+
+  Returns:
+    A `tff.simulation.baselines.BaselineTask`.
+
+  Raises:
+    ValueError: If `name` or an option is unknown, or an option is invalid.
+  """
+  entry = _entry(name)
+  return entry.builder(
+      train_client_spec=train_client_spec,
+      eval_client_spec=eval_client_spec,
+      data_dir=data_dir,
+      use_synthetic_data=use_synthetic_data,
+      seed=seed,
+      **_resolve_options(name, entry, options))
+
+
+def describe_task_data(name: str, *, data_dir: str | None = None,
+                       use_synthetic_data: bool = False, seed: int = 0,
+                       **options: Any) -> dict[str, Any]:
+  """JSON-ready summaries of the task's client partitions (for hparams.json).
+
+  Same arguments as `create_task` (without the client specs). For `digits`:
+  `{'train': partition_summary, 'test': partition_summary}` (see
+  `partitioners.partition_summary`); `{}` for tasks with nothing to report.
+
+  Raises:
+    ValueError: If `name` or an option is unknown, or an option is invalid.
+  """
+  entry = _entry(name)
+  resolved = _resolve_options(name, entry, options)
+  if entry.describe is None:
+    return {}
+  return entry.describe(seed=seed, use_synthetic_data=use_synthetic_data,
+                        data_dir=data_dir, **resolved)

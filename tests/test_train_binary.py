@@ -1,0 +1,173 @@
+"""The training binary end to end on `digits`: files, resume, errors."""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from binaries import train
+
+FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
+        '--eval_every=1', '--checkpoint_every=2', '--seed=3']
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(*args):
+  """Runs the binary's main in-process; returns its exit code (0 if none)."""
+  train.FLAGS.unparse_flags()
+  train.FLAGS(['train', *args])
+  try:
+    train.main(['train'])
+  except SystemExit as e:
+    return e.code
+  return 0
+
+
+def _rows(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+def _checkpoint_variables(output_dir, round_num):
+  path = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}')
+  reader = tf.train.load_checkpoint(os.path.join(path, 'variables',
+                                                 'variables'))
+  names = sorted(n for n in reader.get_variable_to_shape_map()
+                 if 'VARIABLE_VALUE' in n)
+  assert names  # the model weights and optimizer state are in there
+  return [reader.get_tensor(n) for n in names]
+
+
+@pytest.fixture(scope='module')
+def straight_run(tmp_path_factory):
+  output_dir = str(tmp_path_factory.mktemp('straight') / 'run')
+  assert _run(*FAST, '--rounds=3', f'--output_dir={output_dir}') == 0
+  return output_dir
+
+
+def test_writes_metrics_hparams_tensorboard_checkpoints(straight_run):
+  rows = _rows(straight_run)
+  assert [r['round'] for r in rows] == ['1', '2', '3']
+  assert list(rows[0])[:6] == ['round', 'train_loss', 'train_accuracy',
+                               'eval_loss', 'eval_accuracy', 'round_seconds']
+  for row in rows:
+    assert 0.0 <= float(row['eval_accuracy']) <= 1.0
+    assert float(row['round_seconds']) > 0
+    assert float(row['update_non_finite']) == 0
+  with open(os.path.join(straight_run, 'hparams.json')) as f:
+    hparams = json.load(f)
+  assert hparams['server_opt'] == 'yogi'  # the digits default
+  assert hparams['clients_per_round'] == 5
+  assert hparams['rounds'] == 3
+  assert hparams['num_train_clients'] == 100
+  assert hparams['partition']['train']['num_clients'] == 100
+  # Every flag of the binary's own groups is recorded.
+  for name in ('server_lr', 'server_tau', 'client_lr', 'client_lr_decay',
+               'client_weighting', 'client_batch_size', 'seed',
+               'checkpoint_every'):
+    assert name in hparams
+  assert os.listdir(os.path.join(straight_run, 'tensorboard'))
+  assert sorted(os.listdir(os.path.join(straight_run, 'checkpoints'))) == [
+      'program_state_2', 'program_state_3']
+
+
+def test_resume_after_interruption_gives_same_weights_and_rows(
+    straight_run, tmp_path):
+  output_dir = str(tmp_path / 'resumed')
+  assert _run(*FAST, '--rounds=2', f'--output_dir={output_dir}') == 0
+  # Round 3 logged, then a crash before its checkpoint was written.
+  assert _run(*FAST, '--rounds=3', f'--output_dir={output_dir}') == 0
+  shutil.rmtree(os.path.join(output_dir, 'checkpoints', 'program_state_3'))
+  assert _run(*FAST, '--rounds=3', f'--output_dir={output_dir}') == 0
+
+  rows, expected_rows = _rows(output_dir), _rows(straight_run)
+  assert [r['round'] for r in rows] == ['1', '2', '3']
+  for got, want in zip(rows, expected_rows):
+    for column in ('train_loss', 'eval_loss', 'eval_accuracy'):
+      assert float(got[column]) == pytest.approx(float(want[column]), rel=1e-5)
+  for got, want in zip(_checkpoint_variables(output_dir, 3),
+                       _checkpoint_variables(straight_run, 3)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_refuses_output_dir_of_a_run_with_other_settings(
+    straight_run, capsys):
+  assert _run(*FAST, '--rounds=3', '--client_lr=0.5',
+              f'--output_dir={straight_run}') == 2
+  assert capsys.readouterr().err == (
+      f'train: error: --output_dir={straight_run} holds a run with other '
+      "settings: --client_lr=0.5 (saved run: 0.1). Use another --output_dir, "
+      'or the same settings to resume.\n')
+
+
+def test_refuses_non_empty_dir_without_hparams(tmp_path, capsys):
+  (tmp_path / 'notes.txt').write_text('mine')
+  assert _run(*FAST, '--rounds=1', f'--output_dir={tmp_path}') == 2
+  assert capsys.readouterr().err == (
+      f'train: error: --output_dir={tmp_path} is not empty and has no '
+      'hparams.json (found notes.txt); refusing to write into it. Use an '
+      'empty or new directory.\n')
+  assert (tmp_path / 'notes.txt').read_text() == 'mine'
+
+
+def test_unwritable_output_dir(tmp_path, capsys):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('')
+  output_dir = str(blocker / 'run')
+  assert _run(*FAST, '--rounds=1', f'--output_dir={output_dir}') == 2
+  assert capsys.readouterr().err == (
+      f'train: error: --output_dir={output_dir} is not a writable directory: '
+      'Not a directory.\n')
+
+
+def test_clients_per_round_larger_than_population(tmp_path, capsys):
+  output_dir = str(tmp_path / 'run')
+  assert _run('--task=digits', '--clients_per_round=101', '--rounds=1',
+              f'--output_dir={output_dir}') == 2
+  assert capsys.readouterr().err == (
+      'train: error: --clients_per_round=101 is larger than the 100 training '
+      'clients of task digits.\n')
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--task=nope'], 'flag --task=nope: value should be one of <digits>'),
+    (['--algorithm=nope'], 'flag --algorithm=nope: value should be one of '
+     '<fedopt>'),
+    (['--server_opt=nope'], 'flag --server_opt=nope: value should be one of '
+     '<sgd|sgdm|adagrad|adam|yogi|tff_adagrad|tff_adam|tff_yogi>'),
+    (['--rounds=0'], 'flag --rounds=0: 0 is not a positive integer'),
+    (['--clients_per_round=-3'], 'flag --clients_per_round=-3: -3 is not a '
+     'positive integer'),
+    (['--server_lr=-1'], 'flag --server_lr=-1: -1.0 is not a non-negative '
+     'number'),
+])
+def test_bad_flag_values_name_the_flag(argv, message):
+  train.FLAGS.unparse_flags()
+  with pytest.raises(flags.IllegalFlagValueError) as error:
+    train.FLAGS(['train', *argv])
+  assert str(error.value) == message
+
+
+def test_bad_optimizer_hparam_is_one_line_error(tmp_path, capsys):
+  output_dir = str(tmp_path / 'run')
+  assert _run(*FAST, '--rounds=1', '--server_beta_1=1.5',
+              f'--output_dir={output_dir}') == 2
+  assert capsys.readouterr().err == (
+      'train: error: beta_1 must be in [0, 1), got 1.5.\n')
+
+
+def test_command_line_error_has_no_traceback_and_leaves_no_worker():
+  result = subprocess.run(
+      [sys.executable, '-m', 'binaries.train', '--task=nope'],
+      cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert ('FATAL Flags parsing error: flag --task=nope: value should be one '
+          'of <digits>') in result.stderr
