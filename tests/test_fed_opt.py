@@ -57,7 +57,8 @@ def test_next_type_signature(fed_avg):
   assert state_type.placement is tff.SERVER
   assert tff.structure.name_list(
       fed_avg.next.type_signature.result.metrics.member) == [
-      'distributor', 'client_work', 'aggregator', 'finalizer']
+      'distributor', 'client_work', 'aggregator', 'finalizer',
+      'communication']
 
 
 def test_fed_avg_matches_numpy_example_weighted(fed_avg):
@@ -66,6 +67,16 @@ def test_fed_avg_matches_numpy_example_weighted(fed_avg):
   expected = _numpy_fed_avg(clients)
   for got, want in zip(tiny.trainable(fed_avg, state), expected):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_reports_bytes_of_one_model_each_way(fed_avg):
+  clients = tiny.make_clients()
+  state = fed_avg.initialize()
+  output = fed_avg.next(state, tiny.full_batch_datasets(clients))
+  model_bytes = 4 * (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES)
+  assert output.metrics['communication'] == {
+      'bytes_server_to_client': model_bytes,
+      'bytes_client_to_server': model_bytes}
 
 
 def test_fed_avg_equals_tff_build_weighted_fed_avg(fed_avg):

@@ -11,6 +11,11 @@ A distributor asks for the route by taking, as its value argument, a
 weights alone, exactly as in TFF, so every `tff.learning.templates` part
 composes here unchanged.
 
+Every composed process also reports, under `communication`, the bytes one
+client receives and sends per round (`communication.bytes_per_client`,
+from the broadcast and update types), so that any algorithm's metrics.csv
+has the FedFOR paper's Table 1 columns.
+
 The process state is `tff.learning.templates.LearningAlgorithmState`, so
 `get_model_weights`, `set_model_weights`, `get_hparams` and `set_hparams`
 behave as for TFF's own algorithms; per-part measurements are reported under
@@ -21,6 +26,8 @@ import collections
 from typing import Any, NamedTuple
 
 import tensorflow_federated as tff
+
+from tff_opt import communication
 
 
 class ServerState(NamedTuple):
@@ -58,10 +65,21 @@ def compose_learning_process(
   Raises:
     TypeError: If the parts do not fit together.
   """
-  if not _wants_finalizer_state(distributor):
-    return tff.learning.templates.compose_learning_process(
+  if _wants_finalizer_state(distributor):
+    process = _compose_with_finalizer_state(initial_model_weights_fn,
+                                            distributor, client_work,
+                                            aggregator, finalizer)
+  else:
+    process = tff.learning.templates.compose_learning_process(
         initial_model_weights_fn, distributor, client_work, aggregator,
         finalizer)
+  return communication.with_communication_metrics(
+      process, communication.bytes_per_client(distributor, client_work))
+
+
+def _compose_with_finalizer_state(initial_model_weights_fn, distributor,
+                                  client_work, aggregator, finalizer):
+  """TFF's composition, with the finalizer's state routed to the distributor."""
   if not aggregator.is_weighted:
     raise TypeError('The aggregator must be weighted.')
   data_type = client_work.next.type_signature.parameter[2]

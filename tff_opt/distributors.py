@@ -8,6 +8,10 @@ build_broadcast_process`). Algorithms that broadcast more send a mapping
 which the shared client work unpacks with `client_work.model_weights_of`;
 penalties read their extras from it by name.
 
+`with_previous_model` broadcasts the current and the previous global model
+(FedFOR's two-model broadcast; FedPTR reuses it): its own state is the model
+it broadcast last round.
+
 `with_finalizer_state` broadcasts extras computed from the finalizer's state
 (FedADC's global momentum, FedCurv's Fisher sums): the composer hands such a
 distributor `composers.ServerState(model_weights, finalizer_state)`.
@@ -21,6 +25,7 @@ import tensorflow_federated as tff
 
 from tff_opt import client_work
 from tff_opt import composers
+from tff_opt import tff_types
 
 
 def with_finalizer_state(
@@ -69,6 +74,62 @@ def with_finalizer_state(
     value = tff.federated_map(broadcast_value, server_state)
     return tff.templates.MeasuredProcessOutput(
         state=state,
+        result=tff.federated_broadcast(value),
+        measurements=tff.federated_value((), tff.SERVER))
+
+  return tff.learning.templates.DistributionProcess(init_fn, next_fn)
+
+
+PREVIOUS_MODEL_KEY = 'previous_model_weights'
+HAS_PREVIOUS_KEY = 'has_previous'
+
+
+def with_previous_model(
+    model_weights_type: tff.Type) -> tff.learning.templates.DistributionProcess:
+  """Broadcasts the current and the previous global model.
+
+  Round t sends `{'model_weights': w_t, 'previous_model_weights': w_{t-1},
+  'has_previous': True}`; the first round, with no previous model, sends
+  zeros as w_{t-1} and `has_previous` False. The previous model is the one
+  this distributor broadcast in the round before (so after a rejected round
+  w_{t-1} = w_t).
+
+  Args:
+    model_weights_type: The unplaced `ModelWeights` type of the model.
+
+  Returns:
+    A `DistributionProcess` whose state is `{'previous_model_weights',
+    'has_previous'}` at the server and whose measurements are empty.
+  """
+  initial_state = collections.OrderedDict([
+      (PREVIOUS_MODEL_KEY, tff_types.zeros_of(model_weights_type)),
+      (HAS_PREVIOUS_KEY, False)])
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_state, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, model_weights_type)
+  def broadcast_value(state, weights):
+    return collections.OrderedDict([
+        (client_work.MODEL_WEIGHTS_KEY, weights),
+        (PREVIOUS_MODEL_KEY, state[PREVIOUS_MODEL_KEY]),
+        (HAS_PREVIOUS_KEY, state[HAS_PREVIOUS_KEY]),
+    ])
+
+  @tff.tensorflow.computation(model_weights_type)
+  def remember(weights):
+    return collections.OrderedDict([(PREVIOUS_MODEL_KEY, weights),
+                                    (HAS_PREVIOUS_KEY, True)])
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(model_weights_type, tff.SERVER))
+  def next_fn(state, weights):
+    value = tff.federated_map(broadcast_value, (state, weights))
+    return tff.templates.MeasuredProcessOutput(
+        state=tff.federated_map(remember, weights),
         result=tff.federated_broadcast(value),
         measurements=tff.federated_value((), tff.SERVER))
 

@@ -13,6 +13,14 @@ Files in `output_dir`:
   checkpoints/     `tff.program.FileProgramStateManager` program states,
                    one every `checkpoint_every` rounds and after the last
 
+Processes with per-client state (`client_states.ClientStatefulProcess`,
+e.g. SCAFFOLD): the loop keeps `{client_id: state}` for the clients seen so
+far (a new client gets `process.initial_client_state()`), passes the sampled
+clients' states to `process.next` and stores what it returns; checkpoints
+then hold `{'process_state', 'client_states'}` (`client_states.pack`: a
+fixed layout over the population), stateless processes keep the
+`{'process_state'}` layout.
+
 Resuming: the latest checkpoint (round v) is loaded and the rows of
 `metrics.csv` after round v (written before an interruption, not covered by
 a checkpoint) are dropped and recomputed, so the file never holds a round
@@ -34,10 +42,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import client_states as client_states_lib
+
 METRICS_FILE = 'metrics.csv'
 CHECKPOINT_DIR = 'checkpoints'
 TENSORBOARD_DIR = 'tensorboard'
 PROCESS_STATE_KEY = 'process_state'
+CLIENT_STATES_KEY = 'client_states'
 
 # Columns first in metrics.csv, in this order; any other metric follows.
 LEADING_COLUMNS = ('round', 'train_loss', 'train_accuracy', 'eval_loss',
@@ -183,6 +194,8 @@ class TrainingResult:
   rows: list[dict[str, Any]]
   start_round: int
   seconds: float
+  # {client_id: state} after the last round, for client-stateful processes.
+  client_states: Optional[dict[str, Any]] = None
 
 
 def _format_row(row: Mapping[str, Any], rounds: int) -> str:
@@ -252,15 +265,29 @@ def run_training(
   if initial_state is None:
     initial_state = process.initialize()
   state, start_round = initial_state, 0
+  stateful = client_states_lib.is_client_stateful(process)
+  client_state_store = {}  # client id -> state, clients seen so far.
+
+  def checkpoint_structure(server_state, store):
+    structure = {PROCESS_STATE_KEY: server_state}
+    if stateful:
+      structure[CLIENT_STATES_KEY] = client_states_lib.pack(
+          client_ids, store, process.initial_client_state())
+    return structure
+
   metrics_log = manager = None
   if output_dir is not None:
     os.makedirs(output_dir, exist_ok=True)
     manager = tff.program.FileProgramStateManager(
         os.path.join(output_dir, CHECKPOINT_DIR), keep_total=3, keep_first=True)
     saved, version = _run_sync(
-        manager.load_latest({PROCESS_STATE_KEY: initial_state}))
+        manager.load_latest(checkpoint_structure(initial_state, {})))
     if saved is not None:
       state, start_round = saved[PROCESS_STATE_KEY], version
+      if stateful:
+        client_state_store = client_states_lib.unpack(
+            client_ids, saved[CLIENT_STATES_KEY],
+            process.initial_client_state())
     metrics_log = MetricsLog(output_dir)
     dropped = metrics_log.drop_rounds_after(start_round)
     if start_round:
@@ -277,7 +304,14 @@ def run_training(
                              round_num=round_num)
     tf.random.set_seed(seed * 1_000_003 + round_num)
     datasets = [client_dataset_fn(cid) for cid in sampled]
-    output = process.next(state, datasets)
+    if stateful:
+      output, new_client_states = process.next(state, datasets, [
+          client_state_store.get(cid, process.initial_client_state())
+          for cid in sampled
+      ])
+      client_state_store.update(zip(sampled, new_client_states))
+    else:
+      output = process.next(state, datasets)
     state = output.state
     row = {'round': round_num}
     row.update(flatten_metrics(output.metrics))
@@ -294,11 +328,13 @@ def run_training(
     log(_format_row(row, rounds))
     if manager is not None and (round_num % checkpoint_every == 0 or
                                 round_num == rounds):
-      _run_sync(manager.save({PROCESS_STATE_KEY: state}, round_num))
+      _run_sync(manager.save(checkpoint_structure(state, client_state_store),
+                             round_num))
   seconds = time.perf_counter() - started
   log(summarize(rows, rounds=rounds, seconds=seconds,
                 new_rounds=rounds - start_round, output_dir=output_dir))
-  return TrainingResult(state, rows, start_round, seconds)
+  return TrainingResult(state, rows, start_round, seconds,
+                        client_state_store if stateful else None)
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], *, rounds: int,

@@ -25,8 +25,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import client_work as client_work_lib
-from tff_opt import composers
+from tff_opt.algorithms import _common
 
 
 def build_fed_opt(
@@ -63,28 +62,12 @@ def build_fed_opt(
   Raises:
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  for name, value in (('client_optimizer_fn', client_optimizer_fn),
-                      ('server_optimizer_fn', server_optimizer_fn)):
-    if not isinstance(value, tff.learning.optimizers.Optimizer):
-      raise TypeError(f'{name} must be a tff.learning.optimizers.Optimizer, '
-                      f'got {type(value).__name__}.')
-
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  weights_type = initial_model_weights_fn.type_signature.result
-  distributor = tff.learning.templates.build_broadcast_process(weights_type)
-  client_work = client_work_lib.build_local_training(
+  return _common.build_penalized_fed_opt(
       model_fn,
-      client_optimizer_fn,
+      distributor_fn=tff.learning.templates.build_broadcast_process,
+      penalty=None,
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
-      learning_rate_schedule=client_lr_schedule)
-  update_type = client_work.next.type_signature.result.result.member
-  aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
-      update_type.update, update_type.update_weight)
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer_fn, weights_type)
-  return composers.compose_learning_process(initial_model_weights_fn,
-                                            distributor, client_work,
-                                            aggregator, finalizer)
+      client_lr_schedule=client_lr_schedule,
+      model_aggregator=model_aggregator)

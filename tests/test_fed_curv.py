@@ -1,0 +1,164 @@
+"""FedCurv: per-example Fisher diagonal, u/v sums and the elastic penalty."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt.algorithms import fed_curv
+
+LAM = 0.5
+CLIENT_LR = 0.1
+LOCAL_STEPS = 3
+ROUNDS = 3
+MODEL_BYTES = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+def _build(**kwargs):
+  return algorithms.build_fed_curv(
+      tiny.model_fn, lam=LAM, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0), **kwargs)
+
+
+@pytest.fixture(scope='module')
+def fed_curv_process():
+  return _build()
+
+
+def numpy_fisher(w, x, y):
+  """Mean over examples of the squared per-example gradient of -log p."""
+  grads = [tiny.softmax_ce_grad(w, x[i:i + 1].astype(np.float64), y[i:i + 1])
+           for i in range(len(y))]
+  return [np.mean([g[j]**2 for g in grads], axis=0) for j in range(len(w))]
+
+
+def numpy_fed_curv(clients, rounds=ROUNDS, cross_silo=False):
+  """FedCurv in NumPy (Sec. 3.1): gradient 2 lam (u w - v), u, v sums."""
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  u = [np.zeros_like(t) for t in w]
+  v = [np.zeros_like(t) for t in w]
+  own = [None] * len(clients)
+  for _ in range(rounds):
+    finals, reports = [], []
+    for k, (x, y) in enumerate(clients):
+      uk, vk = u, v
+      if cross_silo and own[k] is not None:
+        uk = [a - b for a, b in zip(u, own[k][0])]
+        vk = [a - b for a, b in zip(v, own[k][1])]
+      final = tiny.local_sgd(
+          w, x, y, CLIENT_LR, LOCAL_STEPS,
+          extra_grad=lambda z, uk=uk, vk=vk: [
+              2 * LAM * (a * zi - b) for zi, a, b in zip(z, uk, vk)])
+      fisher = numpy_fisher(final, x, y)
+      finals.append(final)
+      reports.append((fisher, [f * t for f, t in zip(fisher, final)]))
+    own = reports
+    u = [sum(r[0][j] for r in reports) for j in range(len(w))]
+    v = [sum(r[1][j] for r in reports) for j in range(len(w))]
+    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  return w, u, v
+
+
+def test_fisher_diagonal_is_mean_of_per_example_squared_gradients():
+  x, y = tiny.make_clients(num_clients=1, sizes=(7,), seed=6)[0]
+  model = tiny.model_fn()
+  weights = tiny.initial_weights()
+  for variable, value in zip(model.trainable_variables, weights):
+    variable.assign(value)
+  # Batches of 3 (7 = 3 + 3 + 1), two epochs: the mean is the one-epoch mean.
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(3).repeat(2)
+  got = fed_curv.empirical_fisher_diagonal(model, dataset)
+  want = numpy_fisher([t.astype(np.float64) for t in weights], x, y)
+  for g, e in zip(got, want):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+  # Per-example, not per-batch: the squared mean gradient is smaller.
+  batch_grad = tiny.softmax_ce_grad(weights, x.astype(np.float64), y)
+  assert np.all(want[0] >= batch_grad[0]**2 - 1e-12)
+  assert np.abs(want[0] - batch_grad[0]**2).max() > 1e-3
+
+
+def test_matches_numpy_fed_curv(fed_curv_process):
+  clients = tiny.make_clients()
+  process = fed_curv_process
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  for _ in range(ROUNDS):
+    output = process.next(state, tiny.full_batch_datasets(clients,
+                                                          LOCAL_STEPS))
+    state = output.state
+  w, u, v = numpy_fed_curv(clients)
+  for got, want in zip(tiny.trainable(process, state), w):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  extras = state.finalizer['extras']
+  for got, want in zip(extras['fisher_sum'], u):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+  for got, want in zip(extras['fisher_weight_sum'], v):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+  no_penalty = _numpy_fed_avg(clients)
+  assert np.abs(w[0] - no_penalty[0]).max() > 1e-4  # the penalty acted
+  # Three vectors each way: (w, u, v) down, (delta, F, F * w) up.
+  assert output.metrics['communication'] == {
+      'bytes_server_to_client': 3 * MODEL_BYTES,
+      'bytes_client_to_server': 3 * MODEL_BYTES}
+  # The Fisher passes did not count as training examples.
+  assert output.metrics['client_work']['train']['num_examples'] == (
+      sum(len(y) for _, y in clients) * LOCAL_STEPS)
+
+
+def _numpy_fed_avg(clients):
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  for _ in range(ROUNDS):
+    finals = [tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS)
+              for x, y in clients]
+    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  return w
+
+
+def test_first_round_is_fed_avg(fed_curv_process):
+  clients = tiny.make_clients(seed=8)
+  process = fed_curv_process
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  state = process.next(state, tiny.full_batch_datasets(clients,
+                                                       LOCAL_STEPS)).state
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  expected = tiny.weighted_mean(
+      [tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS) for x, y in clients],
+      [len(y) for _, y in clients])
+  for got, want in zip(tiny.trainable(process, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cross_silo_variant_subtracts_own_contribution():
+  process = _build(cross_silo=True)
+  clients = tiny.make_clients()
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  client_states = [process.initial_client_state() for _ in clients]
+  for _ in range(ROUNDS):
+    output, client_states = process.next(
+        state, tiny.full_batch_datasets(clients, LOCAL_STEPS), client_states)
+    state = output.state
+  w, _, _ = numpy_fed_curv(clients, cross_silo=True)
+  for got, want in zip(tiny.trainable(process, state), w):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  stateless, _, _ = numpy_fed_curv(clients)
+  assert np.abs(np.asarray(w[0]) - stateless[0]).max() > 1e-5
+  assert [int(s['round']) for s in client_states] == [ROUNDS - 1] * 3
+  # Two int32 round counters ride with (w, u, v).
+  assert output.metrics['communication']['bytes_server_to_client'] == (
+      3 * MODEL_BYTES + 8)
+
+
+def test_rejects_negative_lam():
+  with pytest.raises(ValueError, match=r'^lam must be a non-negative number, '
+                     r'got -0\.5\.$'):
+    algorithms.build_fed_curv(
+        tiny.model_fn, lam=-0.5, client_optimizer_fn=_sgd(0.1),
+        server_optimizer_fn=_sgd(1.0))

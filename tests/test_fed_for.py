@@ -1,0 +1,121 @@
+"""FedFOR (Eq. 7): two-model broadcast + first-order penalty, vs NumPy."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt import penalties
+
+ALPHA = 0.05
+CLIENT_LR = 0.1
+LOCAL_STEPS = 4
+ROUNDS = 3
+MODEL_BYTES = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+def _build(alpha):
+  return algorithms.build_fed_for(
+      tiny.model_fn, alpha=alpha, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0))
+
+
+@pytest.fixture(scope='module')
+def fed_for():
+  return _build(ALPHA)
+
+
+def _run(process, clients, rounds=ROUNDS):
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  outputs = []
+  for _ in range(rounds):
+    outputs.append(process.next(
+        state, tiny.full_batch_datasets(clients, LOCAL_STEPS)))
+    state = outputs[-1].state
+  return state, outputs
+
+
+def numpy_fed_for(clients, alpha, rounds=ROUNDS):
+  """FedFOR in NumPy: gradient (alpha/eta) d_i where d_i (w_i - w_t,i) > 0."""
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  previous = None
+  for _ in range(rounds):
+    if previous is None:
+      extra = None
+    else:
+      d = [p - c for p, c in zip(previous, w)]
+
+      def extra(v, d=d, w=w):
+        return [alpha / CLIENT_LR * di * (di * (vi - wi) > 0)
+                for vi, wi, di in zip(v, w, d)]
+
+    finals = [tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS, extra_grad=extra)
+              for x, y in clients]
+    previous = w
+    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  return w
+
+
+def test_matches_numpy_fed_for(fed_for):
+  clients = tiny.make_clients()
+  state, outputs = _run(fed_for, clients)
+  expected = numpy_fed_for(clients, ALPHA)
+  for got, want in zip(tiny.trainable(fed_for, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  fed_avg = numpy_fed_for(clients, 0.0)
+  assert np.abs(expected[0] - fed_avg[0]).max() > 1e-3  # the penalty acted
+  # Two models and the has_previous byte down, one delta up (Table 1).
+  assert outputs[-1].metrics['communication'] == {
+      'bytes_server_to_client': 2 * MODEL_BYTES + 1,
+      'bytes_client_to_server': MODEL_BYTES}
+
+
+def test_first_round_is_fed_avg(fed_for):
+  clients = tiny.make_clients(seed=2)
+  state, _ = _run(fed_for, clients, rounds=1)
+  for got, want in zip(tiny.trainable(fed_for, state),
+                       numpy_fed_for(clients, 0.0, rounds=1)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_alpha_zero_is_fed_avg():
+  process = _build(0.0)
+  clients = tiny.make_clients(seed=2)
+  state, _ = _run(process, clients)
+  for got, want in zip(tiny.trainable(process, state),
+                       numpy_fed_for(clients, 0.0)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_penalty_value_and_gradient_closed_form():
+  current = [np.float32([1.0, 1.0, 1.0, 1.0])]
+  previous = [np.float32([2.0, 0.0, 2.0, 1.0])]  # d = [1, -1, 1, 0]
+  weights = [tf.Variable([1.5, 1.5, 0.5, 3.0])]  # w - w_t = [.5, .5, -.5, 2]
+  broadcast = {
+      'model_weights': tff.learning.models.ModelWeights(current, []),
+      'previous_model_weights': tff.learning.models.ModelWeights(previous, []),
+      'has_previous': tf.constant(True),
+  }
+  with tf.GradientTape() as tape:
+    value = penalties.first_order_positive(weights, broadcast,
+                                           learning_rate=0.5, alpha=2.0)
+  # Only coordinate 0 has d_i (w_i - w_t,i) > 0: 0.5 * 1 * (2 / 0.5) = 2.
+  assert float(value) == pytest.approx(2.0)
+  np.testing.assert_allclose(tape.gradient(value, weights)[0],
+                             [4.0, 0.0, 0.0, 0.0])
+  broadcast['has_previous'] = tf.constant(False)
+  assert float(penalties.first_order_positive(
+      weights, broadcast, learning_rate=0.5, alpha=2.0)) == 0.0
+
+
+def test_rejects_negative_alpha():
+  with pytest.raises(ValueError, match=r'^alpha must be a non-negative '
+                     r'number, got -1\.0\.$'):
+    _build(-1.0)

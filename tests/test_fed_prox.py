@@ -1,0 +1,108 @@
+"""FedProx: the proximal penalty through the shared client work, vs NumPy."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt import penalties
+
+MU = 0.5
+CLIENT_LR = 0.1
+LOCAL_STEPS = 3
+ROUNDS = 3
+MODEL_BYTES = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+@pytest.fixture(scope='module')
+def fed_prox():
+  return algorithms.build_fed_prox(
+      tiny.model_fn, mu=MU, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0))
+
+
+def _run(process, clients, rounds=ROUNDS):
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  outputs = []
+  for _ in range(rounds):
+    outputs.append(process.next(
+        state, tiny.full_batch_datasets(clients, LOCAL_STEPS)))
+    state = outputs[-1].state
+  return state, outputs
+
+
+def numpy_fed_prox(clients, mu, rounds=ROUNDS):
+  """FedProx in NumPy: local gradient g + mu (w - w_t), example weighting."""
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  for _ in range(rounds):
+    finals = [
+        tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS,
+                       extra_grad=lambda v, w=w: [mu * (a - b)
+                                                  for a, b in zip(v, w)])
+        for x, y in clients
+    ]
+    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  return w
+
+
+def test_matches_numpy_fed_prox(fed_prox):
+  clients = tiny.make_clients()
+  state, outputs = _run(fed_prox, clients)
+  expected = numpy_fed_prox(clients, MU)
+  for got, want in zip(tiny.trainable(fed_prox, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # The proximal term did act: FedAvg (mu = 0) ends elsewhere.
+  fed_avg = numpy_fed_prox(clients, 0.0)
+  assert np.abs(expected[0] - fed_avg[0]).max() > 1e-3
+  assert outputs[-1].metrics['communication'] == {
+      'bytes_server_to_client': MODEL_BYTES,
+      'bytes_client_to_server': MODEL_BYTES}
+
+
+def test_sign_of_proximal_term_is_textbook_not_tff_0_87(fed_prox):
+  """TFF 0.87's build_weighted_fed_prox equals textbook FedProx with -mu.
+
+  Ours must pull towards w_t: it equals NumPy with +mu (checked above) and
+  differs from TFF's, which this test pins to -mu.
+  """
+  clients = tiny.make_clients(num_clients=3, seed=4)
+  tff_process = tff.learning.algorithms.build_weighted_fed_prox(
+      tiny.model_fn, proximal_strength=MU,
+      client_optimizer_fn=_sgd(CLIENT_LR), server_optimizer_fn=_sgd(1.0))
+  theirs, _ = _run(tff_process, clients)
+  ours, _ = _run(fed_prox, clients)
+  plus, minus = numpy_fed_prox(clients, MU), numpy_fed_prox(clients, -MU)
+  for got, want in zip(tiny.trainable(fed_prox, ours), plus):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  for got, want in zip(tiny.trainable(tff_process, theirs), minus):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert np.abs(plus[0] - minus[0]).max() > 1e-3
+
+
+def test_proximal_penalty_gradient_is_mu_times_distance():
+  anchor = [np.float32([[1.0, -2.0]]), np.float32([0.5])]
+  weights = [tf.Variable([[2.0, 1.0]]), tf.Variable([0.0])]
+  broadcast = tff.learning.models.ModelWeights(trainable=anchor,
+                                               non_trainable=[])
+  with tf.GradientTape() as tape:
+    value = penalties.proximal(weights, broadcast, learning_rate=0.1, mu=0.3)
+  grads = tape.gradient(value, weights)
+  assert float(value) == pytest.approx(0.15 * (1 + 9 + 0.25))
+  np.testing.assert_allclose(grads[0], [[0.3, 0.9]], rtol=1e-6)
+  np.testing.assert_allclose(grads[1], [-0.15], rtol=1e-6)
+
+
+@pytest.mark.parametrize('mu', [-0.1, float('nan'), 'big'])
+def test_rejects_bad_mu(mu):
+  with pytest.raises(ValueError, match=r'^mu must be a non-negative number, '
+                     rf'got {mu!r}\.$'.replace('(', r'\(')):
+    algorithms.build_fed_prox(
+        tiny.model_fn, mu=mu, client_optimizer_fn=_sgd(0.1),
+        server_optimizer_fn=_sgd(1.0))

@@ -1,0 +1,92 @@
+"""The binary runs FedProx, FedFOR, FedCurv and SCAFFOLD on digits.
+
+Two rounds each; metrics.csv must carry the per-client bytes of the FedFOR
+paper's Table 1 (cross-device): FedProx sends one model each way, FedFOR two
+models (and a flag byte) down, FedCurv three vectors each way, SCAFFOLD two.
+"""
+
+import csv
+import json
+import os
+
+import pytest
+from absl import flags
+
+from binaries import train
+
+FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
+        '--rounds=2', '--eval_every=2', '--seed=1', '--server_opt=sgd',
+        '--server_lr=1.0']
+RUNS = {
+    'fedprox': ['--mu=0.01'],
+    'fedfor': ['--alpha=5'],
+    'fedcurv': ['--lam=0.1'],
+    'scaffold': [],
+}
+
+
+def _run(*args):
+  train.FLAGS.unparse_flags()
+  train.FLAGS(['train', *args])
+  try:
+    train.main(['train'])
+  except SystemExit as e:
+    return e.code
+  return 0
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+  out = {}
+  for name, extra in RUNS.items():
+    output_dir = str(tmp_path_factory.mktemp(name) / 'run')
+    assert _run(*FAST, f'--algorithm={name}', *extra,
+                f'--output_dir={output_dir}') == 0
+    with open(os.path.join(output_dir, 'metrics.csv')) as f:
+      rows = list(csv.DictReader(f))
+    with open(os.path.join(output_dir, 'hparams.json')) as f:
+      hparams = json.load(f)
+    out[name] = (rows, hparams)
+  return out
+
+
+def test_runs_two_rounds_and_records_hyper_parameters(runs):
+  for name, (rows, hparams) in runs.items():
+    assert [r['round'] for r in rows] == ['1', '2'], name
+    assert 0.0 <= float(rows[-1]['eval_accuracy']) <= 1.0, name
+    assert hparams['algorithm'] == name
+  assert runs['fedprox'][1]['mu'] == 0.01
+  assert runs['fedfor'][1]['alpha'] == 5.0
+  assert runs['fedcurv'][1]['lam'] == 0.1
+
+
+def test_metrics_reproduce_fedfor_table_1_communication(runs):
+  def bytes_of(name):
+    row = runs[name][0][-1]
+    return (float(row['bytes_server_to_client']),
+            float(row['bytes_client_to_server']))
+
+  model_down, model_up = bytes_of('fedprox')
+  assert model_down == model_up > 0
+  assert bytes_of('fedfor') == (2 * model_down + 1, model_up)
+  assert bytes_of('fedcurv') == (3 * model_down, 3 * model_up)
+  assert bytes_of('scaffold') == (2 * model_down, 2 * model_up)
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--mu=-1'], 'flag --mu=-1: -1.0 is not a non-negative number'),
+    (['--alpha=-0.5'], 'flag --alpha=-0.5: -0.5 is not a non-negative number'),
+    (['--lam=-2'], 'flag --lam=-2: -2.0 is not a non-negative number'),
+])
+def test_negative_penalty_flags_name_the_flag(argv, message):
+  train.FLAGS.unparse_flags()
+  with pytest.raises(flags.IllegalFlagValueError) as error:
+    train.FLAGS(['train', *argv])
+  assert str(error.value) == message
+
+
+def test_fedprox_without_mu_is_a_one_line_error(tmp_path, capsys):
+  assert _run(*FAST, '--algorithm=fedprox',
+              f'--output_dir={tmp_path / "run"}') == 2
+  assert capsys.readouterr().err == (
+      "train: error: Algorithm 'fedprox' needs --mu.\n")

@@ -1,0 +1,242 @@
+"""FedCurv (Shoham et al., "Overcoming Forgetting in Federated Learning on
+Non-IID Data"), Eq. 3 rearranged as in Sec. 3.1.
+
+After local training, client k reports its delta and, at its final local
+model w_k, the diagonal of the empirical Fisher information
+
+    F_k = mean over its examples x of (grad_w log p(y_x | x; w_k))^2
+
+(per-example squared gradients, not squared batch gradients) and F_k * w_k.
+The server keeps the SUMS over the round's participants,
+
+    u = sum_k F_k,    v = sum_k F_k * w_k,
+
+and broadcasts them with the next model; client s then minimises
+
+    L_s(w) + lam (w^T diag(u) w - 2 w^T v)          (gradient 2 lam (u w - v))
+
+(`penalties.elastic`; Eq. 3's constant term is dropped). Deltas are averaged
+and applied by the server optimizer as in FedAvg.
+
+Choices written down (and tested):
+- First round: u = v = 0 (no penalty; FedAvg's round).
+- Stateless variant (default): u, v include the client's own previous
+  contribution, as the issue's objective states; a client cannot subtract
+  it without remembering it. The paper's Eq. 3 sums over j != s; with
+  `cross_silo=True` each client keeps its last (F_k, F_k * w_k) and the
+  round it sent them, and subtracts them from u, v when u, v are the sums of
+  that very round (the paper's "construct ... by subtraction"). That variant
+  is a `client_states.ClientStatefulProcess`; it also broadcasts two int32
+  round counters.
+- Fisher: the loss used is the model's batch loss on one example (for the
+  classification tasks here, -log p(y|x); a model's regularization losses
+  would be included), with the model in inference mode (training=False).
+  The client's dataset holds its E local epochs; the mean is taken over
+  every element of it, which, each example appearing E times, is exactly
+  the mean over one epoch (at E times its cost).
+- A round rejected by the finalizer (non-finite) leaves u, v unchanged.
+- Communication: three model-sized vectors each way.
+"""
+
+import collections
+import functools
+from collections.abc import Callable
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import aggregators
+from tff_opt import client_states
+from tff_opt import client_work as client_work_lib
+from tff_opt import composers
+from tff_opt import distributors
+from tff_opt import finalizers
+from tff_opt import penalties
+from tff_opt import tff_types
+from tff_opt.algorithms import _common
+
+FISHER_KEY = 'fisher'
+FISHER_WEIGHTS_KEY = 'fisher_weights'
+ROUND_NUM_KEY = 'round_num'
+SOURCE_ROUND_KEY = 'source_round'
+CLIENT_ROUND_KEY = 'round'
+
+
+def empirical_fisher_diagonal(model, dataset):
+  """Mean over the dataset's examples of the squared per-example gradient.
+
+  Args:
+    model: A `tff.learning.models.VariableModel` (its current weights).
+    dataset: Batches of examples; each example is used on its own.
+
+  Returns:
+    A list of tensors shaped like `model.trainable_variables`.
+  """
+  weights = model.trainable_variables
+  sums = tuple(tf.zeros_like(w) for w in weights)  # A tuple: loop variable.
+  count = tf.constant(0.0)
+  for example in dataset.unbatch().batch(1):
+    with tf.GradientTape() as tape:
+      loss = model.forward_pass(example, training=False).loss
+    grads = tape.gradient(loss, weights)
+    sums = tuple(s + tf.square(g) for s, g in zip(sums, grads))
+    count += 1.0
+  return [tf.math.divide_no_nan(s, count) for s in sums]
+
+
+def _fisher_report(model, dataset, broadcast, *, delta, num_steps,
+                   learning_rate):
+  del broadcast, delta, num_steps, learning_rate
+  fisher = empirical_fisher_diagonal(model, dataset)
+  return collections.OrderedDict([
+      (FISHER_KEY, fisher),
+      (FISHER_WEIGHTS_KEY,
+       [f * w for f, w in zip(fisher, model.trainable_variables)]),
+  ])
+
+
+def elastic_excluding_own(weights, broadcast, *, learning_rate, lam):
+  """`penalties.elastic` with the client's own last contribution removed.
+
+  Used by the cross-silo variant: when the client's stored contribution is
+  from the round whose sums are broadcast, u - F_own and v - (F w)_own
+  replace u and v (Eq. 3's sum over j != s).
+  """
+  state = broadcast[client_states.CLIENT_STATE_KEY]
+  own = tf.logical_and(
+      tf.equal(state[CLIENT_ROUND_KEY], broadcast[SOURCE_ROUND_KEY]),
+      broadcast[SOURCE_ROUND_KEY] >= 0)
+  scale = tf.cast(own, tf.float32)
+  adjusted = dict(broadcast)
+  adjusted[penalties.FISHER_SUM_KEY] = [
+      u - scale * f for u, f in zip(broadcast[penalties.FISHER_SUM_KEY],
+                                    state[FISHER_KEY])]
+  adjusted[penalties.FISHER_WEIGHT_SUM_KEY] = [
+      v - scale * f for v, f in zip(broadcast[penalties.FISHER_WEIGHT_SUM_KEY],
+                                    state[FISHER_WEIGHTS_KEY])]
+  return penalties.elastic(weights, adjusted, learning_rate=learning_rate,
+                           lam=lam)
+
+
+def build_fed_curv(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    lam: float,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    cross_silo: bool = False,
+):
+  """Builds a FedCurv process.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    lam: The penalty strength lambda, >= 0.
+    client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`.
+    server_optimizer_fn: The server's optimizer.
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`, for the deltas
+      (u and v are always plain sums).
+    client_lr_schedule: Optional round number -> client learning rate.
+    cross_silo: Each client subtracts its own previous contribution from
+      u, v (see the module docstring); clients then keep state.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess` (or, with `cross_silo`, a
+    `client_states.ClientStatefulProcess`); its metrics include
+    `communication/{bytes_server_to_client, bytes_client_to_server}`.
+
+  Raises:
+    ValueError: If `lam` is negative or not a finite number.
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  _common.check_non_negative('lam', lam)
+  _common.check_optimizers(client_optimizer_fn, server_optimizer_fn)
+  initial_weights_fn = _common.initial_model_weights_fn(model_fn)
+  weights_type = initial_weights_fn.type_signature.result
+  zeros = tff_types.zeros_of(weights_type.trainable)
+  vector_type = tff_types.type_of(zeros)
+
+  broadcast_entries = [
+      (client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
+      (penalties.FISHER_SUM_KEY, vector_type),
+      (penalties.FISHER_WEIGHT_SUM_KEY, vector_type),
+  ]
+  if cross_silo:
+    broadcast_entries += [(ROUND_NUM_KEY, tff.TensorType(np.int32)),
+                          (SOURCE_ROUND_KEY, tff.TensorType(np.int32))]
+  broadcast_type = tff.StructWithPythonType(broadcast_entries,
+                                            collections.OrderedDict)
+  if cross_silo:
+    initial_client_state = collections.OrderedDict([
+        (FISHER_KEY, tff_types.zeros_of(vector_type)),
+        (FISHER_WEIGHTS_KEY, tff_types.zeros_of(vector_type)),
+        (CLIENT_ROUND_KEY, np.int32(-1)),
+    ])
+    client_broadcast_type = client_states.client_broadcast_type(
+        broadcast_type, tff_types.type_of(initial_client_state))
+    penalty = functools.partial(elastic_excluding_own, lam=lam)
+  else:
+    client_broadcast_type = broadcast_type
+    penalty = functools.partial(penalties.elastic, lam=lam)
+
+  client_work = client_work_lib.build_local_training(
+      model_fn,
+      client_optimizer_fn,
+      penalty=penalty,
+      broadcast_type=client_broadcast_type,
+      client_weighting=client_weighting,
+      learning_rate_schedule=client_lr_schedule,
+      report_fn=_fisher_report)
+  update_type = client_work.next.type_signature.result.result.member
+  aggregator = aggregators.mean_delta_sum_rest(update_type.update,
+                                               update_type.update_weight)
+
+  def update_extras(extras, aggregate):
+    sums = aggregate[aggregators.SUMS_KEY]
+    return collections.OrderedDict([
+        (penalties.FISHER_SUM_KEY, sums[FISHER_KEY]),
+        (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
+        (ROUND_NUM_KEY, extras[ROUND_NUM_KEY] + 1),
+        (SOURCE_ROUND_KEY, extras[ROUND_NUM_KEY]),
+    ])
+
+  finalizer = finalizers.apply_optimizer_with_extras(
+      server_optimizer_fn,
+      weights_type,
+      aggregator.next.type_signature.result.result.member,
+      initial_extras=collections.OrderedDict([
+          (penalties.FISHER_SUM_KEY, zeros),
+          (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
+          (ROUND_NUM_KEY, np.int32(0)),
+          (SOURCE_ROUND_KEY, np.int32(-1)),
+      ]),
+      update_extras=update_extras)
+
+  def broadcast_extras(finalizer_state):
+    extras = finalizer_state[finalizers.EXTRAS_KEY]
+    names = [name for name, _ in broadcast_entries[1:]]
+    return collections.OrderedDict([(name, extras[name]) for name in names])
+
+  distributor = distributors.with_finalizer_state(
+      weights_type, finalizer.initialize.type_signature.result.member,
+      broadcast_extras)
+  if cross_silo:
+
+    def client_state_update(merged, update):
+      return collections.OrderedDict([
+          (FISHER_KEY, update[FISHER_KEY]),
+          (FISHER_WEIGHTS_KEY, update[FISHER_WEIGHTS_KEY]),
+          (CLIENT_ROUND_KEY, merged[ROUND_NUM_KEY]),
+      ])
+
+    return client_states.compose(
+        initial_weights_fn, distributor, client_work, aggregator, finalizer,
+        initial_client_state=initial_client_state,
+        client_state_update=client_state_update)
+  return composers.compose_learning_process(
+      initial_weights_fn, distributor, client_work, aggregator, finalizer)

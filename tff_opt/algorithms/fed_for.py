@@ -1,0 +1,80 @@
+"""FedFOR (Tian, Smith, Kira): stateless first-order regularization.
+
+Round t broadcasts the current and the previous global model (w_t, w_{t-1})
+(`distributors.with_previous_model`). With d = w_{t-1} - w_t and eta the
+round's client learning rate, client k minimises (Eq. 7 of the paper)
+
+    L_k(w) + (alpha/eta) sum_i relu(d_i (w_i - w_t,i)),
+
+whose gradient adds (alpha/eta) d_i on the coordinates where
+d_i (w_i - w_t,i) > 0 (moving back towards w_{t-1}) and 0 elsewhere
+(`penalties.first_order_positive`). Clients are averaged as in FedAvg and
+the server optimizer applies the mean delta. Nothing is kept per client.
+
+Choices the paper leaves open, written down and tested:
+- First round (no w_{t-1}): no penalty, the round is FedAvg's.
+- eta is the client optimizer's learning rate of the round (after
+  `client_lr_schedule`), read from the client work's hyper-parameters.
+- relu's gradient at 0 is 0, so the first local step of a round is plain
+  (w = w_t there).
+- alpha = 0 is FedAvg; the paper uses alpha = 5.
+- Communication: server -> client is two models plus the one-byte
+  `has_previous` flag (the paper's Table 1: {W^{t-1}, W^{t-2}}).
+"""
+
+import functools
+from collections.abc import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import distributors
+from tff_opt import penalties
+from tff_opt.algorithms import _common
+
+
+def build_fed_for(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    alpha: float,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> tff.learning.templates.LearningProcess:
+  """Builds a FedFOR `LearningProcess`.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    alpha: The penalty strength, >= 0 (the paper uses 5).
+    client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`;
+      its learning rate is the eta of Eq. 7.
+    server_optimizer_fn: The server's optimizer.
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    client_lr_schedule: Optional round number -> client learning rate.
+    model_aggregator: Weighted aggregation factory for the deltas;
+      `tff.aggregators.MeanFactory()` by default.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`; its metrics include
+    `communication/{bytes_server_to_client, bytes_client_to_server}`.
+
+  Raises:
+    ValueError: If `alpha` is negative or not a finite number.
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  _common.check_non_negative('alpha', alpha)
+  return _common.build_penalized_fed_opt(
+      model_fn,
+      distributor_fn=distributors.with_previous_model,
+      penalty=functools.partial(penalties.first_order_positive, alpha=alpha),
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting,
+      client_lr_schedule=client_lr_schedule,
+      model_aggregator=model_aggregator)

@@ -1,0 +1,70 @@
+"""FedProx (Li et al., "Federated Optimization in Heterogeneous Networks").
+
+Client k minimises, from the broadcast model w_t,
+
+    L_k(w) + (mu/2) ||w - w_t||^2            (gradient: g + mu (w - w_t))
+
+with its client optimizer over its local epochs; the server averages the
+deltas by example count (or uniformly) and applies its server optimizer, as
+FedOpt does (`fed_opt.py`). mu = 0 is FedAvg.
+
+TFF 0.87's `tff.learning.algorithms.build_weighted_fed_prox` writes the
+proximal gradient by hand with the opposite sign (its result is textbook
+FedProx with -mu); this module does not use it. The penalty is
+`penalties.proximal`, differentiated by autodiff.
+"""
+
+import functools
+from collections.abc import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import penalties
+from tff_opt.algorithms import _common
+
+
+def build_fed_prox(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    mu: float,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> tff.learning.templates.LearningProcess:
+  """Builds a FedProx `LearningProcess`.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    mu: The proximal strength, >= 0.
+    client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`.
+    server_optimizer_fn: The server's optimizer.
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    client_lr_schedule: Optional round number -> client learning rate.
+    model_aggregator: Weighted aggregation factory for the deltas;
+      `tff.aggregators.MeanFactory()` by default.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`; its metrics include
+    `communication/{bytes_server_to_client, bytes_client_to_server}`.
+
+  Raises:
+    ValueError: If `mu` is negative or not a finite number.
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  _common.check_non_negative('mu', mu)
+  return _common.build_penalized_fed_opt(
+      model_fn,
+      distributor_fn=tff.learning.templates.build_broadcast_process,
+      penalty=functools.partial(penalties.proximal, mu=mu),
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting,
+      client_lr_schedule=client_lr_schedule,
+      model_aggregator=model_aggregator)

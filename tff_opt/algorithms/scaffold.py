@@ -1,0 +1,168 @@
+"""SCAFFOLD, option II (Karimireddy et al.), as Reddi et al.'s Algorithm 6.
+
+The server keeps the model x and a control variate c; client i keeps its
+own control variate c_i. Round t broadcasts (x_t, c); client i, starting
+from x_t, takes its K local steps (its local epochs over its batches)
+
+    x <- x - eta (g(x) - c_i + c)
+
+(the correction c - c_i is constant within the round, so it is the linear
+penalty <x, c - c_i> of `penalties.linear_correction`), then
+
+    c_i+ = c_i - c + (x_t - x_K) / (K eta),   Delta c_i = c_i+ - c_i,
+
+reports its delta x_t - x_K and Delta c_i, and keeps c_i+. The server
+averages the deltas by example count (Reddi et al.'s weighted averaging;
+uniform is an option) and applies its server optimizer (SGD with learning
+rate 1 is the paper's x <- x + Delta), and
+
+    c <- c + (1/N) sum_{i in S} Delta c_i.
+
+Choices written down (and tested):
+- A client sampled for the first time starts with c_i = c (Reddi et al.),
+  so with every client sampled at most once SCAFFOLD equals FedAvg exactly.
+  The client state is `{'initialized': bool, 'control_variate': c_i}`, the
+  initial one uninitialized; c starts at zero.
+- N is `num_clients` (Karimireddy et al.'s population size) when given,
+  else the number of clients that took part in the round (the
+  full-participation form, c <- c + mean Delta c_i); the training binary
+  uses the latter.
+- eta is the round's client learning rate; the rule assumes a plain SGD
+  client optimizer, as the paper's does. A client with no batch (K = 0)
+  keeps c_i (Delta c_i = 0).
+- Communication doubles FedAvg's both ways: (x, c) down, (Delta x, Delta c)
+  up. The client state lives with the training loop (keyed by client id,
+  checkpointed with the server state).
+"""
+
+import collections
+from collections.abc import Callable
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import aggregators
+from tff_opt import client_states
+from tff_opt import client_work as client_work_lib
+from tff_opt import distributors
+from tff_opt import finalizers
+from tff_opt import penalties
+from tff_opt import tff_types
+from tff_opt.algorithms import _common
+
+CONTROL_DELTA_KEY = 'control_delta'
+INITIALIZED_KEY = 'initialized'
+
+
+def _control_delta(model, dataset, broadcast, *, delta, num_steps,
+                   learning_rate):
+  """Delta c_i = (x_t - x_K) / (K eta) - c  (0 when K = 0)."""
+  del model, dataset
+  k_eta = tf.cast(num_steps, tf.float32) * tf.cast(learning_rate, tf.float32)
+  took_steps = num_steps > 0
+  return collections.OrderedDict([(CONTROL_DELTA_KEY, [
+      tf.where(took_steps, tf.math.divide_no_nan(d, k_eta) - c,
+               tf.zeros_like(d))
+      for d, c in zip(delta, broadcast[penalties.CONTROL_VARIATE_KEY])
+  ])])
+
+
+def _client_state_update(merged, update):
+  c_i = penalties.effective_client_control_variate(merged)
+  return collections.OrderedDict([
+      (INITIALIZED_KEY, tf.constant(True)),
+      (penalties.CONTROL_VARIATE_KEY,
+       [a + b for a, b in zip(c_i, update[CONTROL_DELTA_KEY])]),
+  ])
+
+
+def build_scaffold(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    num_clients: Optional[int] = None,
+) -> client_states.ClientStatefulProcess:
+  """Builds a SCAFFOLD (option II) process with per-client state.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    client_optimizer_fn: The client's optimizer (SGD in the paper); its
+      learning rate is the eta of the control-variate update.
+    server_optimizer_fn: The server's optimizer for the averaged delta.
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`, for the deltas.
+    client_lr_schedule: Optional round number -> client learning rate.
+    num_clients: The population size N of c's update; `None` uses the
+      number of clients of the round.
+
+  Returns:
+    A `client_states.ClientStatefulProcess`: `next(state, datasets,
+    client_states) -> (output, new_client_states)`.
+
+  Raises:
+    ValueError: If `num_clients` is given and not a positive integer.
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  if num_clients is not None and (isinstance(num_clients, bool) or
+                                  not isinstance(num_clients, int) or
+                                  num_clients < 1):
+    raise ValueError('num_clients must be a positive integer or None, got '
+                     f'{num_clients!r}.')
+  _common.check_optimizers(client_optimizer_fn, server_optimizer_fn)
+  initial_weights_fn = _common.initial_model_weights_fn(model_fn)
+  weights_type = initial_weights_fn.type_signature.result
+  zeros = tff_types.zeros_of(weights_type.trainable)
+  vector_type = tff_types.type_of(zeros)
+  broadcast_type = tff.StructWithPythonType(
+      [(client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
+       (penalties.CONTROL_VARIATE_KEY, vector_type)], collections.OrderedDict)
+  initial_client_state = collections.OrderedDict([
+      (INITIALIZED_KEY, np.bool_(False)),
+      (penalties.CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
+  ])
+  client_work = client_work_lib.build_local_training(
+      model_fn,
+      client_optimizer_fn,
+      penalty=penalties.linear_correction,
+      broadcast_type=client_states.client_broadcast_type(
+          broadcast_type, tff_types.type_of(initial_client_state)),
+      client_weighting=client_weighting,
+      learning_rate_schedule=client_lr_schedule,
+      report_fn=_control_delta)
+  update_type = client_work.next.type_signature.result.result.member
+  aggregator = aggregators.mean_delta_sum_rest(update_type.update,
+                                               update_type.update_weight)
+
+  def update_extras(extras, aggregate):
+    if num_clients is None:
+      n = tf.cast(aggregate[aggregators.NUM_CLIENTS_KEY], tf.float32)
+    else:
+      n = tf.constant(float(num_clients))
+    total = aggregate[aggregators.SUMS_KEY][CONTROL_DELTA_KEY]
+    return collections.OrderedDict([(penalties.CONTROL_VARIATE_KEY, [
+        c + tf.math.divide_no_nan(s, n)
+        for c, s in zip(extras[penalties.CONTROL_VARIATE_KEY], total)
+    ])])
+
+  finalizer = finalizers.apply_optimizer_with_extras(
+      server_optimizer_fn,
+      weights_type,
+      aggregator.next.type_signature.result.result.member,
+      initial_extras=collections.OrderedDict([
+          (penalties.CONTROL_VARIATE_KEY, zeros)]),
+      update_extras=update_extras)
+  distributor = distributors.with_finalizer_state(
+      weights_type, finalizer.initialize.type_signature.result.member,
+      lambda state: collections.OrderedDict([
+          (penalties.CONTROL_VARIATE_KEY,
+           state[finalizers.EXTRAS_KEY][penalties.CONTROL_VARIATE_KEY])]))
+  return client_states.compose(
+      initial_weights_fn, distributor, client_work, aggregator, finalizer,
+      initial_client_state=initial_client_state,
+      client_state_update=_client_state_update)

@@ -1,0 +1,111 @@
+"""Finalizers: server updates that do more than apply an optimizer.
+
+`apply_optimizer_with_extras` applies a server optimizer to the averaged
+delta exactly as `tff.learning.templates.build_apply_optimizer_finalizer`
+does (a non-finite round is rejected: model and optimizer state are kept and
+`update_non_finite` is 1), and keeps beside it algorithm state ("extras")
+computed from the rest of the aggregate:
+
+    FedCurv    u, v <- the sums of F_k and F_k * w_k of this round's clients
+    SCAFFOLD   c    <- c + (1/N) sum_k Delta c_k
+
+The extras are kept unchanged on a rejected round. A distributor reads them
+from the finalizer's state (`distributors.with_finalizer_state`).
+"""
+
+import collections
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import client_work
+
+OPTIMIZER_STATE_KEY = 'optimizer'
+EXTRAS_KEY = 'extras'
+
+
+def apply_optimizer_with_extras(
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    model_weights_type: tff.Type,
+    aggregate_type: tff.Type,
+    *,
+    initial_extras: Any,
+    update_extras: Callable[[Any, Any], Any],
+) -> tff.learning.templates.FinalizerProcess:
+  """Applies `server_optimizer` to `aggregate['delta']` and keeps extras.
+
+  Args:
+    server_optimizer: A `tff.learning.optimizers.Optimizer`.
+    model_weights_type: The unplaced `ModelWeights` type of the model.
+    aggregate_type: The unplaced type of the aggregator's result (a struct
+      with a 'delta' entry, e.g. from `aggregators.mean_delta_sum_rest`).
+    initial_extras: The extras' initial value (NumPy structure).
+    update_extras: A TF function `(extras, aggregate) -> new extras`, run at
+      the server after a round whose update was accepted.
+
+  Returns:
+    A `FinalizerProcess` whose state is `{'optimizer': the optimizer's
+    state, 'extras': ...}`, whose hyper-parameters are the optimizer's and
+    whose measurements are `{'update_non_finite'}`.
+  """
+  base = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, model_weights_type)
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_zip(collections.OrderedDict([
+        (OPTIMIZER_STATE_KEY, base.initialize()),
+        (EXTRAS_KEY, tff.federated_value(initial_extras, tff.SERVER)),
+    ]))
+
+  state_type = init_fn.type_signature.result.member
+  extras_type = state_type[EXTRAS_KEY]
+
+  @tff.tensorflow.computation(aggregate_type)
+  def delta_of(aggregate):
+    return aggregate[client_work.DELTA_KEY]
+
+  @tff.tensorflow.computation(extras_type, aggregate_type, tf.int32)
+  def next_extras(extras, aggregate, non_finite):
+    return tf.cond(tf.equal(non_finite, 0),
+                   lambda: update_extras(extras, aggregate),
+                   lambda: tf.nest.map_structure(tf.identity, extras))
+
+  @tff.tensorflow.computation(base.next.type_signature.result.measurements
+                              .member)
+  def non_finite_of(measurements):
+    return tf.cast(measurements['update_non_finite'], tf.int32)
+
+  @tff.federated_computation(
+      tff.FederatedType(state_type, tff.SERVER),
+      tff.FederatedType(model_weights_type, tff.SERVER),
+      tff.FederatedType(aggregate_type, tff.SERVER))
+  def next_fn(state, weights, aggregate):
+    output = base.next(state[OPTIMIZER_STATE_KEY], weights,
+                       tff.federated_map(delta_of, aggregate))
+    extras = tff.federated_map(next_extras, (
+        state[EXTRAS_KEY], aggregate,
+        tff.federated_map(non_finite_of, output.measurements)))
+    new_state = tff.federated_zip(collections.OrderedDict([
+        (OPTIMIZER_STATE_KEY, output.state), (EXTRAS_KEY, extras)]))
+    return tff.templates.MeasuredProcessOutput(new_state, output.result,
+                                               output.measurements)
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return base.get_hparams(state[OPTIMIZER_STATE_KEY])
+
+  @tff.tensorflow.computation(state_type,
+                              base.get_hparams.type_signature.result)
+  def set_hparams_fn(state, hparams):
+    return collections.OrderedDict([
+        (OPTIMIZER_STATE_KEY,
+         base.set_hparams(state[OPTIMIZER_STATE_KEY], hparams)),
+        (EXTRAS_KEY, state[EXTRAS_KEY]),
+    ])
+
+  return tff.learning.templates.FinalizerProcess(
+      init_fn, next_fn, get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn)
