@@ -164,6 +164,77 @@ def dirichlet_label_partition(
   return partition
 
 
+def sort_and_partition(
+    labels: Sequence[Any] | np.ndarray,
+    num_clients: int,
+    classes_per_client: int,
+    *,
+    seed: int | np.random.SeedSequence,
+) -> list[np.ndarray]:
+  """"Sort and partition" label skew (McMahan et al. 2017; FedADC Sec. IV-B).
+
+  The examples are sorted by label and cut into shards of q examples that
+  never straddle two classes; `num_clients * classes_per_client` shards are
+  drawn at random and dealt `classes_per_client` to each client. So every
+  client holds exactly `classes_per_client * q` examples (equal sizes) from
+  at most `classes_per_client` classes (fewer when it draws two shards of
+  one class), as the FedADC paper defines s.
+
+  Choices: q is the largest shard size for which the classes give enough
+  shards (sum_c floor(n_c / q) >= num_clients * classes_per_client); the
+  n_c mod q examples left in each class, and any shards not drawn, go to no
+  client. Each class is shuffled before it is cut; everything random comes
+  from one `numpy.random.Generator` seeded by `seed`.
+
+  Args:
+    labels: 1-D array of class labels, one per example.
+    num_clients: Number of clients, at least 1.
+    classes_per_client: s, the number of shards (hence the maximum number of
+      classes) per client, at least 1.
+    seed: Seed for `numpy.random.default_rng`.
+
+  Returns:
+    A list of `num_clients` pairwise disjoint int64 index arrays into
+    `labels`, all of the same length, each in shuffled order.
+
+  Raises:
+    ValueError: If `labels` is not 1-D, a count is below 1, or there are
+      fewer examples than `num_clients * classes_per_client`.
+  """
+  labels = np.asarray(labels)
+  if labels.ndim != 1:
+    raise ValueError(f'labels must be a 1-D array, got shape {labels.shape}.')
+  if num_clients < 1:
+    raise ValueError(f'num_clients must be at least 1, got {num_clients!r}.')
+  if classes_per_client < 1:
+    raise ValueError('classes_per_client must be at least 1, got '
+                     f'{classes_per_client!r}.')
+  num_shards = num_clients * classes_per_client
+  if num_shards > labels.size:
+    raise ValueError(
+        f'num_clients * classes_per_client ({num_clients} * '
+        f'{classes_per_client} = {num_shards}) exceeds the number of '
+        f'examples ({labels.size}).')
+  rng = np.random.default_rng(seed)
+  _, class_of, class_sizes = np.unique(
+      labels, return_inverse=True, return_counts=True)
+  shard_size = labels.size // num_shards
+  while (class_sizes // shard_size).sum() < num_shards:
+    shard_size -= 1
+  shards = []
+  for c in range(class_sizes.size):
+    pool = rng.permutation(np.flatnonzero(class_of == c))
+    for k in range(class_sizes[c] // shard_size):
+      shards.append(pool[k * shard_size:(k + 1) * shard_size])
+  chosen = rng.permutation(len(shards))[:num_shards]
+  return [
+      rng.permutation(np.concatenate([
+          shards[i] for i in chosen[k * classes_per_client:
+                                    (k + 1) * classes_per_client]
+      ])).astype(np.int64) for k in range(num_clients)
+  ]
+
+
 def label_entropy(labels_per_client: Sequence[Sequence[Any]]) -> np.ndarray:
   """Entropy (nats) of each client's empirical label distribution.
 

@@ -25,6 +25,38 @@ An algorithm chooses what changes:
   the optimizer's `learning_rate` hyper-parameter each round (ExpDecay of
   Reddi et al. Appendix E.6 is `schedules.staircase_decay`).
 
+Optional hooks (FedADC's; each off by default, leaving the loop above as is):
+
+- `count_steps=True`: the client counts its batches H (a pre-pass over its
+  dataset) before the loop; the penalty, `look_ahead` and the loss hook then
+  also get `num_steps=H` (penalties that do not ask for it are never given
+  it).
+- `look_ahead(weights, broadcast, *, learning_rate[, num_steps]) -> offsets`:
+  before each forward pass the variables are shifted by the offsets; the
+  gradient is taken there and the variables are restored before the
+  optimizer step (a Nesterov-type step; training metrics are then those of
+  the shifted model).
+- `loss_fn_builder(model_fn) -> loss_fn`: called once in the client's graph
+  (it may build models, e.g. a teacher); `loss_fn(model, batch, output,
+  broadcast, context) -> scalar` replaces `output.loss` (the penalty is still
+  added). `context` holds `learning_rate`, `num_steps` (when counted) and
+  `client_stats`.
+- `client_stats_fn(dataset) -> structure`: a pre-pass over the client's data
+  (e.g. its label proportions), handed to the loss hook as
+  `context['client_stats']`; it never leaves the client.
+
+Optional report hook (FedCurv's, SCAFFOLD's; off by default):
+
+- `report_fn(model, dataset, broadcast, *, delta, num_steps, learning_rate)
+  -> {name: tensor structure}`: run after the last local step, with the
+  model at its final local weights, `delta` the gradient-form delta,
+  `num_steps` the number of local steps taken (int64). The client's update
+  is then `{'delta': delta, **extras}` instead of the bare delta, and the
+  aggregator must accept that structure (`aggregators.mean_delta_sum_rest`).
+  Forward passes the hook makes do not change the training metrics (the
+  model's metric variables are restored afterwards). A non-finite entry
+  anywhere in the update zeroes all of it, as for the delta alone.
+
 Choices written down here:
 - A client whose delta has a non-finite entry reports a zero delta with zero
   weight (it drops out of the weighted mean), as TFF's own client work does;
@@ -47,6 +79,7 @@ ROUND_NUM_KEY = 'round_num'
 OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
 LEARNING_RATE_KEY = 'learning_rate'
 MODEL_WEIGHTS_KEY = 'model_weights'
+DELTA_KEY = 'delta'
 
 
 def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
@@ -71,7 +104,10 @@ def _zero_if_non_finite(delta):
   return delta, tf.cast(tf.logical_not(finite), tf.int32)
 
 
-def _build_client_update(model_fn, optimizer, penalty, client_weighting):
+def _build_client_update(model_fn, optimizer, penalty, client_weighting,
+                         count_steps=False, look_ahead=None,
+                         loss_fn_builder=None, client_stats_fn=None,
+                         report_fn=None):
   """Returns a `tf.function` (hparams, broadcast, dataset) -> client outputs.
 
   Must be called inside a `tff.tensorflow.computation`: the model's
@@ -80,6 +116,8 @@ def _build_client_update(model_fn, optimizer, penalty, client_weighting):
   model = model_fn()
   model_weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = model_weights.trainable
+  batch_loss_fn = (loss_fn_builder(model_fn)
+                   if loss_fn_builder is not None else None)
 
   @tf.function
   def client_update(hparams, broadcast, dataset):
@@ -91,22 +129,55 @@ def _build_client_update(model_fn, optimizer, penalty, client_weighting):
     optimizer_state = optimizer.set_hparams(
         optimizer.initialize(specs), hparams)
     num_examples = tf.constant(0, tf.int64)
+    local_steps = tf.constant(0, tf.int64)  # Steps taken (for report_fn).
+    hook_kwargs = {}
+    if count_steps:
+      hook_kwargs['num_steps'] = dataset.reduce(
+          tf.constant(0, tf.int32), lambda n, _: n + 1)
+    context = dict(learning_rate=learning_rate, **hook_kwargs)
+    if client_stats_fn is not None:
+      context['client_stats'] = client_stats_fn(dataset)
+    # Weights before the look-ahead shift (a loop variable for autograph).
+    current = [v.read_value() for v in trainable] if look_ahead else []
 
     for batch in iter(dataset):
+      if look_ahead is not None:
+        current = [v.read_value() for v in trainable]
+        offsets = look_ahead(trainable, broadcast, learning_rate=learning_rate,
+                             **hook_kwargs)
+        for variable, offset in zip(trainable, offsets):
+          variable.assign_add(offset)
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
-        loss = output.loss
+        if batch_loss_fn is None:
+          loss = output.loss
+        else:
+          loss = batch_loss_fn(model, batch, output, broadcast, context)
         if penalty is not None:
-          loss += penalty(trainable, broadcast, learning_rate=learning_rate)
+          loss += penalty(trainable, broadcast, learning_rate=learning_rate,
+                          **hook_kwargs)
       gradients = tape.gradient(loss, trainable)
+      if look_ahead is not None:
+        for variable, value in zip(trainable, current):
+          variable.assign(value)
       optimizer_state, updated = optimizer.next(
           optimizer_state, tuple(trainable), tuple(gradients))
       for variable, value in zip(trainable, updated):
         variable.assign(value)
       num_examples += _num_examples(output)
+      local_steps += 1
 
     delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
                                   trainable)
+    if report_fn is not None:
+      # The report's own forward passes must not count as training metrics.
+      saved_metrics = [tf.identity(v) for v in model.local_variables]
+      extras = report_fn(model, dataset, broadcast, delta=delta,
+                         num_steps=local_steps, learning_rate=learning_rate)
+      for variable, value in zip(model.local_variables, saved_metrics):
+        variable.assign(value)
+      delta = collections.OrderedDict([(DELTA_KEY, delta)] +
+                                      list(extras.items()))
     delta, non_finite = _zero_if_non_finite(delta)
     if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
       weight = tf.cast(num_examples, tf.float32)
@@ -131,6 +202,11 @@ def build_local_training(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    count_steps: bool = False,
+    look_ahead: Optional[Callable[..., Any]] = None,
+    loss_fn_builder: Optional[Callable[..., Callable[..., tf.Tensor]]] = None,
+    client_stats_fn: Optional[Callable[[tf.data.Dataset], Any]] = None,
+    report_fn: Optional[Callable[..., Any]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the shared local-training `ClientWorkProcess`.
 
@@ -147,6 +223,15 @@ def build_local_training(
       or `UNIFORM`.
     learning_rate_schedule: Optional callable round number -> client learning
       rate; when given it replaces the optimizer's learning rate each round.
+    count_steps: Count the client's batches before the loop and pass
+      `num_steps` to the penalty and hooks (see the module docstring).
+    look_ahead: Optional look-ahead hook (see the module docstring).
+    loss_fn_builder: Optional builder of a loss hook replacing the model's
+      batch loss (see the module docstring).
+    client_stats_fn: Optional dataset -> statistics pre-pass, handed to the
+      loss hook as `context['client_stats']`.
+    report_fn: Optional report hook; the update becomes `{'delta': ...,
+      **report_fn(...)}` (see the module docstring).
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` whose state is
@@ -211,8 +296,11 @@ def build_local_training(
 
   @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
   def client_update(hparams, broadcast, dataset):
-    update_fn = _build_client_update(model_fn, client_optimizer, penalty,
-                                     client_weighting)
+    update_fn = _build_client_update(
+        model_fn, client_optimizer, penalty, client_weighting,
+        count_steps=count_steps, look_ahead=look_ahead,
+        loss_fn_builder=loss_fn_builder, client_stats_fn=client_stats_fn,
+        report_fn=report_fn)
     return update_fn(hparams, broadcast, dataset)
 
   @tff.federated_computation(

@@ -1,0 +1,375 @@
+"""FedADC, FedADC with double momentum, and FedADC+ (Ozfatura et al.).
+
+"FedADC: Accelerated Federated Learning with Drift Control". The server
+broadcasts the model w_t and the global momentum m_t (m_0 = 0); a client with
+H local steps this round uses m_bar = beta_local * m_t / H:
+
+    Algorithm 3, heavy ball:  w <- w - eta_t * (g(w) + m_bar)
+    Algorithm 3, Nesterov:    w_half = w - eta_t * m_bar;
+                              w <- w_half - eta_t * g(w_half)
+    Algorithm 4 (double momentum, `local_momentum=phi`):
+                              m_i = g (first step),
+                              m_i <- phi * m_i + (1 - phi) * g,
+                              w <- w - eta_t * (m_bar + m_i)
+
+and sends Delta_k = w_t - w_k. The server:
+
+    Delta_bar = (1 / |S|) sum_k Delta_k / eta_t
+    m_{t+1}   = Delta_bar + (beta_global - beta_local) * m_t
+    w_{t+1}   = w_t - alpha * eta_t * m_{t+1}
+
+(`tff_opt.momentum` has the pieces and how they map onto the shared client
+work.) beta_local defaults to beta_global = `beta` (the paper's choice), so
+m_{t+1} = Delta_bar, as Algorithm 4 writes it.
+
+FedADC+ (`distillation=True`, Section III, Eq. 6-9): the local loss is
+
+    L = (1 - lambda) * CE(f(x | w), y) + lambda * KL(p_hat || p(x | w; tau))
+
+with the teacher the broadcast global model w_t, p~ = softmax(f(x | w_t) /
+tau), the client's label proportions gamma (its own data, never sent),
+rho_i = gamma_i / max_j gamma_j and the self-confidence target
+
+    p_hat_i = (1 - rho_i) * p~_i                   for i != y   (Eq. 8)
+    p_hat_y = 1 - sum_{i != y} (1 - rho_i) * p~_i                (Eq. 9)
+
+SlowMo (Algorithm 2) is this server rule with beta_local = 0 (plain local
+SGD): `tff_opt.algorithms.build_slowmo`.
+
+Choices the paper leaves open (each tested):
+- Client weighting: uniform (1/|S|, as Algorithms 3-4 write it) by default;
+  example weighting is an option.
+- H is the client's own number of batches this round (its dataset holds its
+  epochs), counted before its loop.
+- eta_t at the server is computed from the same schedule and the round
+  number the server rule keeps (see `tff_opt.momentum`).
+- Double momentum uses the heavy-ball form (Algorithm 4); `variant=
+  'nesterov'` with `local_momentum` is refused.
+- With beta_local = 0 the momentum is not broadcast (no client uses it).
+- Distillation: the KL term follows the CS-KD implementation the paper
+  points to (Yun et al. 2020): student and teacher logits both divided by
+  tau, the KL multiplied by tau^2, averaged over the batch. The temperature is
+  not given in the paper: tau = 1 by default (then tau^2 = 1 and p~ is the
+  teacher's plain softmax). lambda = 0.35 (Section IV-C). CE is the model's
+  own loss (the tasks' sparse cross-entropy on logits); the model's
+  predictions must be logits. Classes absent from the client have rho = 0:
+  their target is the teacher's probability.
+"""
+
+import collections
+import functools
+from collections.abc import Callable
+from typing import Any, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import client_work as client_work_lib
+from tff_opt import composers
+from tff_opt import distributors
+from tff_opt import momentum as momentum_lib
+
+VARIANTS = ('heavy_ball', 'nesterov')
+DEFAULT_DISTILL_LAMBDA = 0.35
+DEFAULT_DISTILL_TEMPERATURE = 1.0
+
+
+def _check_unit_interval(name: str, value: float) -> None:
+  if not 0 <= value < 1:
+    raise ValueError(f'{name} must be in [0, 1), got {value!r}.')
+
+
+def _check_positive(name: str, value: float) -> None:
+  if not value > 0:
+    raise ValueError(f'{name} must be positive, got {value!r}.')
+
+
+# --- FedADC+ self-confidence distillation ------------------------------------
+
+
+def self_confidence_target(teacher_probs: tf.Tensor, labels: tf.Tensor,
+                           rho: tf.Tensor) -> tf.Tensor:
+  """The FedADC+ target p_hat of Eq. 8-9.
+
+  Args:
+    teacher_probs: [batch, classes] teacher probabilities p~.
+    labels: [batch] integer true labels y.
+    rho: [classes] confidences rho_i = gamma_i / max_j gamma_j in [0, 1].
+
+  Returns:
+    [batch, classes] targets: (1 - rho_i) * p~_i off the true class, and
+    1 minus their sum on it. rho = 0 gives p~; rho = 1 the one-hot label.
+  """
+  teacher_probs = tf.convert_to_tensor(teacher_probs)
+  num_classes = tf.shape(teacher_probs)[-1]
+  true_class = tf.one_hot(tf.cast(labels, tf.int32), num_classes,
+                          dtype=teacher_probs.dtype)
+  rho = tf.cast(rho, teacher_probs.dtype)
+  off_true = (1.0 - true_class) * (1.0 - rho)[tf.newaxis, :] * teacher_probs
+  return off_true + true_class * (
+      1.0 - tf.reduce_sum(off_true, axis=-1, keepdims=True))
+
+
+def label_proportions(dataset: tf.data.Dataset,
+                      num_classes: int) -> tf.Tensor:
+  """gamma: the share of each class among the labels of `dataset`.
+
+  Args:
+    dataset: Batches `(x, y)` or `{'x': ..., 'y': ...}`.
+    num_classes: Number of classes.
+
+  Returns:
+    A [num_classes] float32 tensor summing to 1 (zeros if there are no
+    examples).
+  """
+
+  def add(counts, batch):
+    _, y = _features_and_labels(batch)
+    return counts + tf.reduce_sum(
+        tf.one_hot(tf.reshape(tf.cast(y, tf.int32), [-1]), num_classes), 0)
+
+  counts = dataset.reduce(tf.zeros([num_classes], tf.float32), add)
+  return counts / tf.maximum(tf.reduce_sum(counts), 1.0)
+
+
+def confidences(gamma: tf.Tensor) -> tf.Tensor:
+  """rho_i = gamma_i / max_j gamma_j (zeros when gamma is all zero)."""
+  return gamma / tf.maximum(tf.reduce_max(gamma), 1e-12)
+
+
+def _features_and_labels(batch):
+  if isinstance(batch, collections.abc.Mapping):
+    return batch['x'], batch['y']
+  return batch[0], batch[1]
+
+
+def build_self_confidence_loss(distill_lambda: float, temperature: float
+                               ) -> Callable[..., Callable[..., tf.Tensor]]:
+  """Returns a `loss_fn_builder` for the shared client work (FedADC+ loss).
+
+  The built `loss_fn(model, batch, output, broadcast, context)` evaluates a
+  teacher copy of the model, holding the broadcast weights, on the batch and
+  returns (1 - lambda) * output.loss + lambda * tau^2 * mean_batch
+  KL(p_hat || softmax(student_logits / tau)), with rho from
+  `context['client_stats']` (the client's label proportions).
+
+  Args:
+    distill_lambda: lambda in [0, 1].
+    temperature: tau > 0.
+  """
+
+  def builder(model_fn):
+    teacher = model_fn()
+    teacher_weights = tff.learning.models.ModelWeights.from_model(teacher)
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model
+      tf.nest.map_structure(lambda v, t: v.assign(t), teacher_weights,
+                            client_work_lib.model_weights_of(broadcast))
+      x, y = _features_and_labels(batch)
+      teacher_logits = tf.stop_gradient(
+          teacher.predict_on_batch(x, training=False))
+      target = tf.stop_gradient(self_confidence_target(
+          tf.nn.softmax(teacher_logits / temperature),
+          tf.reshape(y, [-1]), confidences(context['client_stats'])))
+      log_student = tf.nn.log_softmax(output.predictions / temperature)
+      kl = tf.reduce_sum(tf.math.xlogy(target, target) - target * log_student,
+                         axis=-1)
+      return ((1.0 - distill_lambda) * output.loss +
+              distill_lambda * temperature**2 * tf.reduce_mean(kl))
+
+    return loss_fn
+
+  return builder
+
+
+def _num_classes(model_fn) -> int:
+  """The size of the model's last prediction axis (its number of classes)."""
+  with tf.Graph().as_default():
+    model = model_fn()
+    spec = model.input_spec
+    x_spec, _ = _features_and_labels(spec)
+    shape = [1 if d is None else d for d in x_spec.shape.as_list()]
+    predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
+                                         training=False)
+    return int(predictions.shape[-1])
+
+
+# --- The builder -------------------------------------------------------------
+
+
+def build_fed_adc(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_learning_rate: float,
+    beta: float,
+    alpha: float = 1.0,
+    beta_local: Optional[float] = None,
+    variant: str = 'heavy_ball',
+    local_momentum: Optional[float] = None,
+    distillation: bool = False,
+    distill_lambda: float = DEFAULT_DISTILL_LAMBDA,
+    distill_temperature: float = DEFAULT_DISTILL_TEMPERATURE,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.UNIFORM),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> tff.learning.templates.LearningProcess:
+  """Builds a FedADC / FedADC+ `LearningProcess` (see the module docstring).
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` (predictions = logits for FedADC+).
+    client_learning_rate: eta, positive (round 0's when scheduled).
+    beta: beta_global, in [0, 1).
+    alpha: The server learning rate, positive (1 in the paper).
+    beta_local: The share of m_t embedded in the local steps, in [0, 1);
+      `beta` when `None`.
+    variant: 'heavy_ball' (Algorithm 3, blue) or 'nesterov' (red).
+    local_momentum: phi in [0, 1) for Algorithm 4 (double momentum); `None`
+      for none.
+    distillation: FedADC+ (self-confidence distillation).
+    distill_lambda: lambda in [0, 1] (FedADC+).
+    distill_temperature: tau > 0 (FedADC+).
+    client_weighting: `UNIFORM` (the paper) or `NUM_EXAMPLES`.
+    client_lr_schedule: Optional round number -> eta_t, used by clients and
+      server alike.
+    model_aggregator: Weighted aggregation factory for the deltas;
+      `tff.aggregators.MeanFactory()` by default.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`; the global momentum is in
+    `state.finalizer['momentum']` (so checkpoints carry it).
+
+  Raises:
+    ValueError: If a hyper-parameter is out of range; the message names it.
+  """
+  _check_positive('client_learning_rate', client_learning_rate)
+  _check_unit_interval('beta', beta)
+  _check_positive('alpha', alpha)
+  if beta_local is None:
+    beta_local = beta
+  _check_unit_interval('beta_local', beta_local)
+  if variant not in VARIANTS:
+    raise ValueError(f'variant must be one of {", ".join(VARIANTS)}, got '
+                     f'{variant!r}.')
+  if local_momentum is not None:
+    _check_unit_interval('local_momentum', local_momentum)
+    if variant != 'heavy_ball':
+      raise ValueError('local_momentum (Algorithm 4, double momentum) takes '
+                       "variant='heavy_ball', got variant="
+                       f'{variant!r}.')
+  if distillation:
+    if not 0 <= distill_lambda <= 1:
+      raise ValueError(
+          f'distill_lambda must be in [0, 1], got {distill_lambda!r}.')
+    _check_positive('distill_temperature', distill_temperature)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  finalizer = momentum_lib.build_fedadc_finalizer(
+      weights_type,
+      client_learning_rate=client_learning_rate,
+      beta_global=beta,
+      beta_local=beta_local,
+      alpha=alpha,
+      learning_rate_schedule=client_lr_schedule)
+
+  if local_momentum is None:
+    client_optimizer = tff.learning.optimizers.build_sgdm(
+        client_learning_rate, momentum=None)
+  else:
+    client_optimizer = momentum_lib.LocalEmaMomentum(
+        client_learning_rate, momentum=local_momentum)
+
+  hooks = {}
+  if beta_local > 0:
+    distributor = distributors.with_finalizer_state(
+        weights_type, finalizer.initialize.type_signature.result.member,
+        momentum_lib.momentum_extras)
+    hooks.update(
+        broadcast_type=distributor.next.type_signature.result.result.member,
+        count_steps=True,
+        penalty=functools.partial(momentum_lib.embedded_momentum_penalty,
+                                  beta_local=beta_local))
+    if variant == 'nesterov':
+      hooks['look_ahead'] = functools.partial(
+          momentum_lib.nesterov_look_ahead, beta_local=beta_local)
+  else:
+    distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  if distillation:
+    num_classes = _num_classes(model_fn)
+    hooks.update(
+        loss_fn_builder=build_self_confidence_loss(distill_lambda,
+                                                   distill_temperature),
+        client_stats_fn=functools.partial(label_proportions,
+                                          num_classes=num_classes))
+
+  client_work = client_work_lib.build_local_training(
+      model_fn,
+      client_optimizer,
+      client_weighting=client_weighting,
+      learning_rate_schedule=client_lr_schedule,
+      **hooks)
+  update_type = client_work.next.type_signature.result.result.member
+  aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
+      update_type.update, update_type.update_weight)
+  return composers.compose_learning_process(initial_model_weights_fn,
+                                            distributor, client_work,
+                                            aggregator, finalizer)
+
+
+# --- Registry adapters (the training binary's flags) -------------------------
+
+
+def client_learning_rate_of(client_optimizer_fn: Any, algorithm: str) -> float:
+  """The learning rate of a plain-SGD client optimizer.
+
+  Raises:
+    ValueError: If the optimizer is not plain SGD (FedADC and SlowMo take
+      their local steps with SGD).
+  """
+  hparams = client_optimizer_fn.get_hparams(
+      client_optimizer_fn.initialize(tf.TensorSpec((), tf.float32)))
+  if list(hparams) != [client_work_lib.LEARNING_RATE_KEY]:
+    raise ValueError(f'--algorithm={algorithm} takes its local steps with '
+                     'plain SGD; use --client_opt=sgd.')
+  return float(hparams[client_work_lib.LEARNING_RATE_KEY])
+
+
+def _build_from_flags(model_fn, *, algorithm, client_optimizer_fn,
+                      server_optimizer_fn, client_weighting,
+                      client_lr_schedule, beta, beta_local=None,
+                      fedadc_variant='heavy_ball', local_momentum=None,
+                      distillation=False,
+                      distill_lambda=DEFAULT_DISTILL_LAMBDA,
+                      distill_temperature=DEFAULT_DISTILL_TEMPERATURE):
+  del server_optimizer_fn  # FedADC's server rule is its own (alpha = 1).
+  return build_fed_adc(
+      model_fn,
+      client_learning_rate=client_learning_rate_of(client_optimizer_fn,
+                                                   algorithm),
+      beta=beta,
+      beta_local=beta_local,
+      variant=fedadc_variant,
+      local_momentum=local_momentum or None,  # phi = 0 is Algorithm 3.
+      distillation=distillation,
+      distill_lambda=distill_lambda,
+      distill_temperature=distill_temperature,
+      client_weighting=client_weighting,
+      client_lr_schedule=client_lr_schedule)
+
+
+def build_fed_adc_from_flags(model_fn, **kwargs):
+  """`registry` entry `fedadc`: alpha = 1, client SGD's learning rate."""
+  return _build_from_flags(model_fn, algorithm='fedadc', **kwargs)
+
+
+def build_fed_adc_plus_from_flags(model_fn, **kwargs):
+  """`registry` entry `fedadc_plus`: FedADC with distillation."""
+  return _build_from_flags(model_fn, algorithm='fedadc_plus',
+                           distillation=True, **kwargs)
