@@ -47,3 +47,46 @@ def create_digits_cnn(num_classes: int = 10) -> tf.keras.Model:
       tf.keras.layers.Dense(128, activation='relu'),
       tf.keras.layers.Dense(num_classes),
   ], name='digits_cnn')
+
+
+def create_mtt_convnet(input_shape=(32, 32, 3), num_classes: int = 10, *,
+                       width: int = 128, depth: int = 3) -> tf.keras.Model:
+  """The ConvNet of MTT (Cazenavette et al.) that FedPTR trains.
+
+  `depth` blocks of conv3x3 `width` 'same' -> instance norm (a
+  `GroupNormalization` with one group per channel, affine) -> ReLU ->
+  avg-pool 2x2, then flatten -> dense `num_classes` (logits). It has no
+  batch normalisation, so `tff_opt.mtt.forward_from_model_fn` can
+  differentiate through it.
+
+  Args:
+    input_shape: (height, width, channels) of the images; each spatial size
+      must stay >= 1 after `depth` 2x2 poolings.
+    num_classes: Number of output logits, >= 2.
+    width: Channels of every conv layer, >= 1.
+    depth: Number of conv blocks, >= 1.
+
+  Returns:
+    An uncompiled `tf.keras.Model` mapping images to logits.
+
+  Raises:
+    ValueError: If an argument is out of range.
+  """
+  if num_classes < 2:
+    raise ValueError(f'num_classes must be at least 2, got {num_classes!r}.')
+  if width < 1 or depth < 1:
+    raise ValueError(f'width and depth must be >= 1, got {width!r}, '
+                     f'{depth!r}.')
+  if min(input_shape[:2]) < 2**depth:
+    raise ValueError(f'input_shape {tuple(input_shape)!r} is too small for '
+                     f'{depth} 2x2 poolings.')
+  layers = [tf.keras.Input(shape=tuple(input_shape))]
+  for _ in range(depth):
+    layers += [
+        tf.keras.layers.Conv2D(width, 3, padding='same'),
+        tf.keras.layers.GroupNormalization(groups=width),
+        tf.keras.layers.ReLU(),
+        tf.keras.layers.AveragePooling2D(pool_size=2),
+    ]
+  layers += [tf.keras.layers.Flatten(), tf.keras.layers.Dense(num_classes)]
+  return tf.keras.Sequential(layers, name='mtt_convnet')

@@ -1,0 +1,186 @@
+"""FedPTR-S (tff_opt/algorithms/fed_ptr.py): reductions and layer-adaptive mu."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt.algorithms import fed_ptr
+
+MU = 0.3
+CLIENT_LR = 0.1
+LOCAL_STEPS = 4
+ROUNDS = 3
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+def _build(mu, **kwargs):
+  settings = dict(images_per_class=1, mtt_outer_steps=2, mtt_inner_steps=2,
+                  projection_steps=2, mtt_init_lr=0.1)
+  settings.update(kwargs)
+  return algorithms.build_fed_ptr(
+      tiny.model_fn, mu=mu, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0), **settings)
+
+
+def _run(process, clients, rounds=ROUNDS):
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  outputs = []
+  for _ in range(rounds):
+    outputs.append(process.next(
+        state, tiny.full_batch_datasets(clients, LOCAL_STEPS)))
+    state = outputs[-1].state
+  return state, outputs
+
+
+def numpy_fed_prox(clients, mu, rounds=ROUNDS):
+  """FedProx toward w_t in NumPy (mu = 0: FedAvg)."""
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  for _ in range(rounds):
+    finals = [
+        tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS,
+                       extra_grad=lambda v, w=w: [mu * (a - b)
+                                                  for a, b in zip(v, w)])
+        for x, y in clients
+    ]
+    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  return w
+
+
+def test_mu_zero_is_fed_avg_with_mtt_running():
+  process = _build(0.0)
+  clients = tiny.make_clients()
+  state, outputs = _run(process, clients)
+  for got, want in zip(tiny.trainable(process, state),
+                       numpy_fed_prox(clients, 0.0)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  ran = [int(o.metrics['distributor']['mtt_ran']) for o in outputs]
+  assert ran == [0, 1, 1]  # No w_{t-1} in round 1.
+  assert float(outputs[1].metrics['distributor']['mtt_loss']) > 0.0
+  assert float(outputs[0].metrics['distributor']['mtt_loss']) == 0.0
+  # The cosine of Figure 2 is defined from round 3 on, and is a cosine.
+  cosine = float(outputs[2].metrics['distributor']['auxiliary_global_cosine'])
+  assert cosine != 0.0 and -1.0 <= cosine <= 1.0
+
+
+def test_no_projection_constant_mu_is_fed_prox_toward_w_t():
+  process = _build(MU, projection_steps=0, layer_adaptive=False)
+  clients = tiny.make_clients(seed=2)
+  state, outputs = _run(process, clients)
+  expected = numpy_fed_prox(clients, MU)
+  for got, want in zip(tiny.trainable(process, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  fed_avg = numpy_fed_prox(clients, 0.0)
+  assert np.abs(expected[0] - fed_avg[0]).max() > 1e-3  # mu acted.
+  model_bytes = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
+  assert outputs[-1].metrics['communication'] == {
+      'bytes_server_to_client': 2 * model_bytes,
+      'bytes_client_to_server': model_bytes}
+
+
+def test_layer_adaptive_mu_on_two_layers():
+  current = [np.float32([1.0, 1.0]), np.float32([0.0, 0.0, 0.0])]
+  # Projected update norms: layer 1 ||(3, 4)|| = 5, layer 2 ||(0, 9, 12)|| = 15.
+  projected = [np.float32([4.0, 5.0]), np.float32([0.0, 9.0, 12.0])]
+  mus = fed_ptr.layer_mu(projected, current, mu=0.1, layer_adaptive=True)
+  # mu_l = mu * L * d_l / sum_j d_j = 0.1 * 2 * (5, 15) / 20.
+  np.testing.assert_allclose([float(m) for m in mus], [0.05, 0.15],
+                             rtol=1e-6)
+  weights = [tf.Variable([2.0, 2.0]), tf.Variable([1.0, 1.0, 1.0])]
+  broadcast = {
+      'model_weights': tff.learning.models.ModelWeights(current, []),
+      'projected_model_weights': projected,
+  }
+  with tf.GradientTape() as tape:
+    value = fed_ptr.projected_proximal(weights, broadcast, learning_rate=0.5,
+                                       mu=0.1, layer_adaptive=True)
+  # 0.05/2 * (4 + 9) + 0.15/2 * (1 + 64 + 121).
+  assert float(value) == pytest.approx(0.025 * 13 + 0.075 * 186, rel=1e-6)
+  grads = tape.gradient(value, weights)
+  np.testing.assert_allclose(grads[0], [0.05 * -2.0, 0.05 * -3.0], rtol=1e-6)
+  np.testing.assert_allclose(grads[1], [0.15, 0.15 * -8.0, 0.15 * -11.0],
+                             rtol=1e-6)
+  constant = fed_ptr.layer_mu(projected, current, mu=0.1,
+                              layer_adaptive=False)
+  assert [float(m) for m in constant] == pytest.approx([0.1, 0.1])
+  # No projected movement at all (P = 0, first round): every mu_l is mu.
+  still = fed_ptr.layer_mu(current, current, mu=0.1, layer_adaptive=True)
+  assert [float(m) for m in still] == pytest.approx([0.1, 0.1])
+
+
+def test_rejects_bad_hyper_parameters():
+  with pytest.raises(ValueError, match=r'^mu must be a non-negative number, '
+                     r'got -1\.0\.$'):
+    _build(-1.0)
+  with pytest.raises(ValueError, match=r'^mtt_inner_steps must be an integer '
+                     r'>= 1, got 0\.$'):
+    _build(MU, mtt_inner_steps=0)
+  with pytest.raises(ValueError, match=r"^side must be 'server' \(client-side "
+                     r"FedPTR is not implemented\), got 'client'\.$"):
+    _build(MU, side='client')
+
+
+def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
+  import csv  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  output_dir = str(tmp_path / 'run')
+  train.FLAGS.unparse_flags()
+  train.FLAGS(['train', '--task=digits', '--algorithm=fedptr_s', '--mu=0.01',
+               '--images_per_class=1', '--mtt_outer_steps=2',
+               '--mtt_inner_steps=2', '--projection_steps=2',
+               '--clients_per_round=3', '--client_epochs=1', '--rounds=2',
+               '--eval_every=2', '--seed=1', '--server_opt=sgd',
+               '--server_lr=1.0', f'--output_dir={output_dir}'])
+  try:
+    train.main(['train'])
+  finally:
+    train.FLAGS.unparse_flags()
+  with open(f'{output_dir}/metrics.csv') as f:
+    rows = list(csv.DictReader(f))
+  with open(f'{output_dir}/hparams.json') as f:
+    hparams = json.load(f)
+  assert [r['round'] for r in rows] == ['1', '2']
+  mtt_ran = [k for k in rows[0] if k.endswith('mtt_ran')]
+  assert len(mtt_ran) == 1, list(rows[0])
+  assert [float(r[mtt_ran[0]]) for r in rows] == [0.0, 1.0]
+  loss_key = mtt_ran[0].replace('mtt_ran', 'mtt_loss')
+  assert float(rows[1][loss_key]) > 0.0
+  assert 0.0 <= float(rows[-1]['eval_accuracy']) <= 1.0
+  assert hparams['algorithm'] == 'fedptr_s'
+  assert (hparams['mu'], hparams['mtt_outer_steps'],
+          hparams['layer_adaptive']) == (0.01, 2, True)
+
+
+def test_diverging_mtt_is_rejected_and_keeps_the_synthetic_set():
+  process = _build(MU, mtt_image_lr=1e30, mtt_init_lr=0.1)
+  clients = tiny.make_clients(seed=4)
+  state, outputs = _run(process, clients)
+  rejected = [int(o.metrics['distributor']['mtt_rejected']) for o in outputs]
+  assert rejected == [0, 1, 1]
+  assert [float(o.metrics['distributor']['synthetic_lr'])
+          for o in outputs] == pytest.approx([0.1, 0.1, 0.1])
+  assert all(np.isfinite(w).all() for w in tiny.trainable(process, state))
+  assert all(int(o.metrics['client_work']['non_finite_clients']) == 0
+             for o in outputs)
+
+
+@pytest.mark.parametrize('update_every, expected_ran', [
+    (2, [0, 1, 0, 1]),  # Rounds with w_{t-1}, counted from 0: 0 and 2.
+    (0, [0, 1, 0, 0]),  # One-shot.
+])
+def test_update_every_schedules_mtt(update_every, expected_ran):
+  process = _build(MU, update_every=update_every, mtt_outer_steps=1)
+  _, outputs = _run(process, tiny.make_clients(), rounds=4)
+  assert [int(o.metrics['distributor']['mtt_ran'])
+          for o in outputs] == expected_ran
+  lrs = [float(o.metrics['distributor']['synthetic_lr']) for o in outputs]
+  # The step size changes only in rounds where MTT ran; otherwise it is kept.
+  for t in range(1, 4):
+    assert (lrs[t] != lrs[t - 1]) == bool(expected_ran[t]), lrs
