@@ -22,7 +22,12 @@ from typing import Any
 
 import tensorflow_federated as tff
 
+from tasks import cifar
 from tasks import digits
+from tasks import emnist
+from tasks import paper_settings as _paper
+from tasks import shakespeare
+from tasks import stackoverflow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +61,14 @@ class _TaskEntry:
   # (seed, use_synthetic_data, data_dir, **options) -> JSON-ready summaries
   # of the client partitions, or None when the task has none to report.
   describe: Callable[..., dict[str, Any]] | None = None
+  # server_opt -> (client_lr, server_lr, tau or None): per-optimizer
+  # defaults (the paper's Tables 8-9); for the optimizer chosen they win over
+  # `defaults`' client_lr, server_lr, server_tau. None: `defaults` for all.
+  paper_settings: Mapping[str, tuple[float, float, Any]] | None = None
+  # Evaluate on a seeded sample of this many test examples (None: all), and,
+  # if `final_full_eval`, on the whole test set once after the last round.
+  eval_examples: int | None = None
+  final_full_eval: bool = False
 
 
 def _describe_digits(*, seed, use_synthetic_data, data_dir, **options):
@@ -86,6 +99,49 @@ _REGISTRY: dict[str, _TaskEntry] = {
     ),
 }
 
+
+
+def _paper_entry(task: str, builder, options, *, rounds: int,
+                 batch_size: int, clients_per_round: int = 10,
+                 eval_examples: int | None = None,
+                 final_full_eval: bool = False) -> _TaskEntry:
+  """Reddi et al.'s settings for `task` (see `tasks/paper_settings.py`)."""
+  settings = _paper.paper_settings(task)
+  client_lr, server_lr, tau = settings['yogi']
+  return _TaskEntry(
+      builder=builder, options=options,
+      defaults=TaskDefaults(
+          rounds=rounds, clients_per_round=clients_per_round, client_epochs=1,
+          client_batch_size=batch_size, client_optimizer='sgd',
+          client_lr=client_lr, server_optimizer='yogi', server_lr=server_lr,
+          server_tau=tau, server_beta_1=None, server_beta_2=0.99,
+          eval_every=10),
+      paper_settings=settings, eval_examples=eval_examples,
+      final_full_eval=final_full_eval)
+
+
+_REGISTRY.update({
+    'cifar10': _paper_entry('cifar10', cifar.create_cifar10_task,
+                            cifar.CIFAR10_OPTIONS, rounds=4000, batch_size=20),
+    'cifar100': _paper_entry('cifar100', cifar.create_cifar100_task, {},
+                             rounds=4000, batch_size=20),
+    'emnist_ae': _paper_entry('emnist_ae', emnist.create_emnist_ae_task, {},
+                              rounds=3000, batch_size=20),
+    'emnist_cr': _paper_entry('emnist_cr', emnist.create_emnist_cr_task, {},
+                              rounds=1500, batch_size=20),
+    'shakespeare': _paper_entry(
+        'shakespeare', shakespeare.create_shakespeare_task,
+        shakespeare.DEFAULT_OPTIONS, rounds=1500, batch_size=4),
+    'stackoverflow_lr': _paper_entry(
+        'stackoverflow_lr', stackoverflow.create_stackoverflow_lr_task,
+        stackoverflow.LR_OPTIONS, rounds=1500, batch_size=100,
+        eval_examples=10000, final_full_eval=True),
+    'stackoverflow_nwp': _paper_entry(
+        'stackoverflow_nwp', stackoverflow.create_stackoverflow_nwp_task,
+        stackoverflow.NWP_OPTIONS, rounds=1500, batch_size=16,
+        clients_per_round=50, eval_examples=10000, final_full_eval=True),
+})
+
 TASK_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
 
 
@@ -113,6 +169,28 @@ def task_defaults(name: str) -> TaskDefaults:
     ValueError: If `name` is not a known task.
   """
   return _entry(name).defaults
+
+
+def task_paper_settings(
+    name: str) -> dict[str, tuple[float, float, Any]]:
+  """server_opt -> (client_lr, server_lr, tau or None) defaults of `name`.
+
+  Empty for tasks without per-optimizer defaults.
+
+  Raises:
+    ValueError: If `name` is not a known task.
+  """
+  return dict(_entry(name).paper_settings or {})
+
+
+def task_eval_defaults(name: str) -> tuple[int | None, bool]:
+  """(eval sample size or None for all, final full evaluation?) of `name`.
+
+  Raises:
+    ValueError: If `name` is not a known task.
+  """
+  entry = _entry(name)
+  return entry.eval_examples, entry.final_full_eval
 
 
 def task_options(name: str) -> dict[str, Any]:

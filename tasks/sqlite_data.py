@@ -1,0 +1,138 @@
+"""Reading and writing federated data in TFF's SQLite format.
+
+TFF's federated datasets (`tff.simulation.datasets.{emnist, shakespeare,
+stackoverflow, cifar100}.load_data`) are one SQLite file each, with two tables
+(see `tensorflow_federated/python/simulation/datasets/sql_client_data.py`):
+
+    examples(split_name TEXT, client_id TEXT, serialized_example_proto BLOB)
+    client_metadata(client_id TEXT, split_name TEXT, num_examples INTEGER)
+
+Every row of `examples` is one serialized `tf.train.Example`; the loaders
+parse fixed features (e.g. Shakespeare: `snippets` bytes; EMNIST: `pixels`
+float [28, 28] and `label` int64). `write_sqlite` writes such a file from
+plain Python/NumPy values, so tests and `tools/make_shakespeare_sqlite.py`
+can feed the real loaders offline (they skip the download when the
+uncompressed file is already in `cache_dir`).
+
+`sample_examples` draws an evaluation sample from a (possibly huge, lazily
+read) `ClientData` touching only the clients it needs.
+"""
+
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+# One element: feature name -> bytes/str (bytes feature), a float array
+# (float feature, flattened) or an int array (int64 feature, flattened).
+Element = Mapping[str, Any]
+
+
+def _feature(value: Any) -> tf.train.Feature:
+  if isinstance(value, str):
+    value = value.encode('utf-8')
+  if isinstance(value, bytes):
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+  array = np.asarray(value)
+  if np.issubdtype(array.dtype, np.floating):
+    return tf.train.Feature(
+        float_list=tf.train.FloatList(value=array.reshape(-1).tolist()))
+  if np.issubdtype(array.dtype, np.integer):
+    return tf.train.Feature(
+        int64_list=tf.train.Int64List(value=array.reshape(-1).tolist()))
+  raise TypeError(f'Cannot serialize a value of type {type(value)} '
+                  f'(dtype {array.dtype}).')
+
+
+def serialize_example(element: Element) -> bytes:
+  """One element as a serialized `tf.train.Example` (TFF's encoding)."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      name: _feature(value) for name, value in element.items()
+  })).SerializeToString()
+
+
+def write_sqlite(
+    path: str,
+    splits: Mapping[str, Mapping[str, Iterable[Element]]],
+) -> dict[str, dict[str, int]]:
+  """Writes a federated dataset in TFF's SQLite format.
+
+  The file is written next to `path` and renamed into place, so a reader
+  never sees a half-written file.
+
+  Args:
+    path: The SQLite file to write (replaced if it exists).
+    splits: split name (e.g. 'train') -> client id -> the client's elements.
+
+  Returns:
+    split name -> client id -> number of examples written.
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, suffix='.sqlite.tmp')
+  os.close(fd)
+  counts: dict[str, dict[str, int]] = {}
+  try:
+    with sqlite3.connect(tmp) as con:
+      con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, '
+                  'client_id TEXT NOT NULL, '
+                  'serialized_example_proto BLOB NOT NULL);')
+      con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
+                  'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL);')
+      for split_name, clients in splits.items():
+        counts[split_name] = {}
+        for client_id, elements in clients.items():
+          rows = [(split_name, client_id, serialize_example(e))
+                  for e in elements]
+          con.executemany(
+              'INSERT INTO examples (split_name, client_id, '
+              'serialized_example_proto) VALUES (?, ?, ?);', rows)
+          con.execute(
+              'INSERT INTO client_metadata (client_id, split_name, '
+              'num_examples) VALUES (?, ?, ?);',
+              (client_id, split_name, len(rows)))
+          counts[split_name][client_id] = len(rows)
+    con.close()
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return counts
+
+
+def sample_examples(client_data: tff.simulation.datasets.ClientData,
+                    num_examples: int, *, seed: int) -> tf.data.Dataset:
+  """A seeded sample of `num_examples` elements, reading few clients.
+
+  Clients are visited in a random order drawn from `seed` (NumPy), each
+  client's elements in their stored order, and the first `num_examples`
+  elements are kept: only the clients needed to fill the sample are read
+  (for Stack Overflow's 204,088 test clients, about a hundred). This samples
+  clients, not examples, uniformly: a choice made so that sampling never
+  scans the whole (16-million-example) test split.
+
+  Args:
+    client_data: The population, e.g. a task's `test_data`.
+    num_examples: Sample size, at least 1.
+    seed: Seed of the client order.
+
+  Returns:
+    A `tf.data.Dataset` of unpreprocessed elements; iterating it twice gives
+    the same elements.
+
+  Raises:
+    ValueError: If `num_examples < 1`.
+  """
+  if num_examples < 1:
+    raise ValueError(f'num_examples must be at least 1, got {num_examples!r}.')
+  client_ids: Sequence[str] = sorted(client_data.client_ids)
+  order = np.random.default_rng(seed).permutation(len(client_ids))
+  ordered = tf.data.Dataset.from_tensor_slices(
+      np.array([client_ids[i] for i in order], dtype=object).astype(str))
+  dataset_fn = client_data.serializable_dataset_fn
+  return ordered.flat_map(dataset_fn).take(num_examples)
