@@ -20,6 +20,7 @@ and continues the same `metrics.csv`; `--rounds` may be raised to train on.
 A directory made with other settings is refused, never overwritten.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -40,6 +41,8 @@ from tff_opt import runtime
 
 # Imported after absl so flag definitions below can list their choices.
 import tasks  # pylint: disable=g-bad-import-order
+from tasks import data_errors  # pylint: disable=g-bad-import-order
+from tasks import sqlite_data  # pylint: disable=g-bad-import-order
 
 HPARAMS_FILE = 'hparams.json'
 # Settings that may change when a run is resumed: they do not change what
@@ -97,6 +100,55 @@ flags.DEFINE_integer('client_epochs', None, 'Local epochs per round. '
 flags.DEFINE_integer('client_batch_size', None, 'Local batch size. Default: '
                      'the task\'s.', lower_bound=1)
 
+# --- FedADC / FedADC+ / SlowMo (--algorithm=fedadc|fedadc_plus|slowmo) -------
+flags.DEFINE_float('beta', 0.9, 'FedADC / SlowMo global momentum '
+                   'beta_global, in [0, 1).', lower_bound=0.0,
+                   upper_bound=1.0)
+flags.DEFINE_float('beta_local', None, 'FedADC: share of the global momentum '
+                   'embedded in the local steps, in [0, 1). Default: --beta.',
+                   lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_enum('fedadc_variant', 'heavy_ball', ['heavy_ball', 'nesterov'],
+                  'FedADC local step (Algorithm 3): heavy_ball (blue) or '
+                  'nesterov (red).')
+flags.DEFINE_float('local_momentum', 0.0, 'FedADC double momentum phi '
+                   '(Algorithm 4), in [0, 1); 0 = Algorithm 3.',
+                   lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_float('distill_lambda', 0.35, 'FedADC+ distillation weight '
+                   'lambda, in [0, 1].', lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_float('distill_temperature', 1.0, 'FedADC+ distillation '
+                   'temperature tau, positive.')
+
+# --- FedProx / FedFOR / FedCurv (--algorithm=fedprox|fedfor|fedcurv) ---------
+flags.DEFINE_float('mu', None, 'FedProx proximal strength mu (local '
+                   'objective L_k + mu/2 ||w - w_t||^2); needed by fedprox.',
+                   lower_bound=0.0)
+flags.DEFINE_float('alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the '
+                   'paper uses 5).', lower_bound=0.0)
+flags.DEFINE_float('lam', None, 'FedCurv penalty strength lambda; needed by '
+                   'fedcurv.', lower_bound=0.0)
+
+# --- FedPTR-S (--algorithm=fedptr_s; --mu is its base strength) --------------
+flags.DEFINE_integer('images_per_class', 10, 'FedPTR synthetic images per '
+                     'class (the paper: 10 for 10 classes, 2 for 100).',
+                     lower_bound=1)
+flags.DEFINE_integer('mtt_outer_steps', 20, 'FedPTR trajectory-matching '
+                     'updates of the synthetic set per MTT run.',
+                     lower_bound=0)
+flags.DEFINE_integer('mtt_inner_steps', 10, 'FedPTR unrolled student steps '
+                     'N per matching update.', lower_bound=1)
+flags.DEFINE_integer('projection_steps', 5, 'FedPTR projection steps P on '
+                     'the synthetic set from w_t.', lower_bound=0)
+flags.DEFINE_boolean('layer_adaptive', True, 'FedPTR layer-adaptive mu_l '
+                     '(else --mu for every layer).')
+flags.DEFINE_integer('update_every', 1, 'FedPTR: run MTT every this many '
+                     'rounds; 0 runs it once (one-shot).', lower_bound=0)
+flags.DEFINE_float('mtt_init_lr', 0.01, 'FedPTR initial synthetic step '
+                   'size alpha_syn, positive.', lower_bound=1e-12)
+flags.DEFINE_float('mtt_image_lr', 100.0, 'FedPTR gradient-descent step of '
+                   'the synthetic images.', lower_bound=0.0)
+flags.DEFINE_float('mtt_lr_lr', 1e-4, 'FedPTR gradient-descent step of '
+                   'alpha_syn.', lower_bound=0.0)
+
 # --- The run -----------------------------------------------------------------
 flags.DEFINE_integer('rounds', None, 'Number of rounds. Default: the '
                      'task\'s.', lower_bound=1)
@@ -109,9 +161,42 @@ flags.DEFINE_string('output_dir', None, 'Where results go. Default: '
                     'results/<task>_<algorithm>_<server_opt>_<timestamp>.')
 flags.DEFINE_integer('checkpoint_every', 10, 'Save program state every this '
                      'many rounds (and after the last).', lower_bound=1)
+flags.DEFINE_integer('eval_examples', None, 'Evaluate on a seeded sample of '
+                     'this many test examples (clients in a random order, '
+                     'see tasks.sqlite_data.sample_examples); 0 means the '
+                     'whole test set. Default: the task\'s (10000 for Stack '
+                     'Overflow, else all).', lower_bound=0)
+flags.DEFINE_boolean('final_full_eval', None, 'After the last round, evaluate '
+                     'on the whole test set and write final_eval.json. '
+                     'Default: the task\'s (on for Stack Overflow).')
 flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
                      'client computations at once (TFF\'s C++ executor); '
                      'unlimited by default.', lower_bound=1)
+
+# --- Personalization by classifier calibration (FedADC paper, IV-D) ----------
+flags.DEFINE_boolean('personalize', False, 'After the last round, each '
+                     'held-out client fine-tunes only the last layer on its '
+                     'own train split and is evaluated on its own test '
+                     'split; writes personalization.json '
+                     '(tff_opt/personalization.py).')
+flags.DEFINE_integer('personalize_epochs', 2, 'Fine-tuning epochs of '
+                     '--personalize (2 in the paper).', lower_bound=1)
+flags.DEFINE_integer('personalize_clients', None, 'Calibrate a seeded sample '
+                     'of this many held-out clients. Default: all.',
+                     lower_bound=1)
+flags.DEFINE_float('personalize_train_fraction', 0.5, 'Share of each class '
+                   'of a held-out client\'s examples in its own train split '
+                   '(the rest is its test split), in (0, 1).')
+flags.register_validator(
+    'personalize_train_fraction', lambda v: 0 < v < 1,
+    message='must be in (0, 1)')
+flags.DEFINE_float('personalize_mu', 0.0, 'Proximal strength of '
+                   '--personalize toward the global last layer (0: none).',
+                   lower_bound=0.0)
+flags.DEFINE_float('personalize_distill_lambda', 0.0, 'FedADC+ '
+                   'self-confidence distillation weight of --personalize, in '
+                   '[0, 1] (0: none; teacher: the global model, tau = 1).',
+                   lower_bound=0.0, upper_bound=1.0)
 
 FLAGS = flags.FLAGS
 
@@ -154,7 +239,23 @@ def resolve_hparams() -> dict:
       'checkpoint_every': FLAGS.checkpoint_every,
       'max_concurrent_clients': FLAGS.max_concurrent_clients,
   }
+  # Per-optimizer defaults (the paper's Tables 8-9) for the chosen optimizer.
+  paper = tasks.task_paper_settings(FLAGS.task)
+  if hparams['server_opt'] in paper:
+    for name, value in zip(('client_lr', 'server_lr', 'server_tau'),
+                           paper[hparams['server_opt']]):
+      if FLAGS[name].value is None and value is not None:
+        hparams[name] = value
+  default_examples, default_full_eval = tasks.task_eval_defaults(FLAGS.task)
+  hparams['eval_examples'] = (FLAGS.eval_examples
+                              if FLAGS.eval_examples is not None else
+                              default_examples or 0)
+  hparams['final_full_eval'] = (FLAGS.final_full_eval
+                                if FLAGS.final_full_eval is not None else
+                                default_full_eval)
   for name in registry.ALGORITHMS[FLAGS.algorithm].hparams:
+    hparams[name] = FLAGS[name].value
+  for name in registry.ALGORITHMS[FLAGS.algorithm].optional_hparams:
     hparams[name] = FLAGS[name].value
   hparams['output_dir'] = FLAGS.output_dir or os.path.join(
       'results', '{task}_{algorithm}_{server_opt}_{time}'.format(
@@ -229,23 +330,30 @@ def run(hparams: dict) -> None:
   resuming = prepare_output_dir(hparams)
   runtime.set_local_execution_context(hparams['max_concurrent_clients'])
 
-  task = tasks.create_task(
-      hparams['task'],
-      train_client_spec=tff.simulation.baselines.ClientSpec(
-          num_epochs=hparams['client_epochs'],
-          batch_size=hparams['client_batch_size']),
-      eval_client_spec=tff.simulation.baselines.ClientSpec(
-          num_epochs=1, batch_size=max(hparams['client_batch_size'], 128)),
-      data_dir=hparams['data_dir'],
-      seed=hparams['seed'])
+  try:
+    task = tasks.create_task(
+        hparams['task'],
+        train_client_spec=tff.simulation.baselines.ClientSpec(
+            num_epochs=hparams['client_epochs'],
+            batch_size=hparams['client_batch_size']),
+        eval_client_spec=tff.simulation.baselines.ClientSpec(
+            num_epochs=1, batch_size=max(hparams['client_batch_size'], 128)),
+        data_dir=hparams['data_dir'],
+        seed=hparams['seed'])
+  except data_errors.MissingDataError as e:
+    raise UsageError(str(e)) from e
   train_data = task.datasets.train_data
   client_ids = sorted(train_data.client_ids)
   if hparams['clients_per_round'] > len(client_ids):
     raise UsageError(
         f"--clients_per_round={hparams['clients_per_round']} is larger than "
         f"the {len(client_ids)} training clients of task {hparams['task']}.")
+  if FLAGS.personalize:
+    _check_personalization(hparams, task)
 
-  try:
+  with _flag_errors(hparams, learning_rate='server_lr', tau='server_tau',
+                    beta_1='server_beta_1', beta_2='server_beta_2',
+                    momentum='server_momentum'):
     server_optimizer = optimizers.build_server_optimizer(
         hparams['server_opt'],
         learning_rate=hparams['server_lr'],
@@ -253,21 +361,25 @@ def run(hparams: dict) -> None:
         beta_1=hparams['server_beta_1'],
         beta_2=hparams['server_beta_2'],
         momentum=hparams['server_momentum'])
+  with _flag_errors(hparams, learning_rate='client_lr'):
     client_optimizer = optimizers.build_client_optimizer(
         hparams['client_opt'], learning_rate=hparams['client_lr'])
-    schedule = None
-    if hparams['client_lr_decay'] == 'staircase':
+  schedule = None
+  if hparams['client_lr_decay'] == 'staircase':
+    with _flag_errors(hparams, learning_rate='client_lr',
+                      decay_factor='client_lr_decay_factor',
+                      decay_every='client_lr_decay_every'):
       schedule = schedules.staircase_decay(
           hparams['client_lr'],
           decay_factor=hparams['client_lr_decay_factor'],
           decay_every=hparams['client_lr_decay_every'])
-  except ValueError as e:
-    raise UsageError(str(e)) from e
   weighting = (tff.learning.ClientWeighting.NUM_EXAMPLES
                if hparams['client_weighting'] == 'num_examples' else
                tff.learning.ClientWeighting.UNIFORM)
   algorithm_hparams = {
-      h: hparams[h] for h in registry.ALGORITHMS[hparams['algorithm']].hparams
+      h: hparams[h]
+      for h in (registry.ALGORITHMS[hparams['algorithm']].hparams +
+                registry.ALGORITHMS[hparams['algorithm']].optional_hparams)
   }
   try:
     process = registry.build_process(
@@ -300,8 +412,13 @@ def run(hparams: dict) -> None:
       process.initialize(),
       tf.nest.map_structure(lambda v: np.asarray(v.numpy()), initial_weights))
 
-  eval_data = task.datasets.eval_preprocess_fn(
-      task.datasets.test_data.create_tf_dataset_from_all_clients())
+  if hparams.get('eval_examples'):
+    eval_data = task.datasets.eval_preprocess_fn(sqlite_data.sample_examples(
+        task.datasets.test_data, hparams['eval_examples'],
+        seed=hparams['seed']))
+  else:
+    eval_data = task.datasets.eval_preprocess_fn(
+        task.datasets.test_data.create_tf_dataset_from_all_clients())
   evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
 
   def client_dataset(client_id):
@@ -312,7 +429,7 @@ def run(hparams: dict) -> None:
         f"server_opt={hparams['server_opt']} rounds={hparams['rounds']} "
         f"clients_per_round={hparams['clients_per_round']} "
         f"output_dir={hparams['output_dir']}", flush=True)
-  training_loop.run_training(
+  result = training_loop.run_training(
       process,
       client_ids=client_ids,
       client_dataset_fn=client_dataset,
@@ -325,6 +442,147 @@ def run(hparams: dict) -> None:
       checkpoint_every=hparams['checkpoint_every'],
       initial_state=initial_state,
       log=lambda line: print(line, flush=True))
+  if hparams.get('final_full_eval'):
+    _final_full_eval(hparams, task, evaluation,
+                     process.get_model_weights(result.state))
+  if FLAGS.personalize:
+    _personalize(hparams, client_optimizer,
+                 process.get_model_weights(result.state))
+
+
+FINAL_EVAL_FILE = 'final_eval.json'
+
+
+def _final_full_eval(hparams, task, evaluation, model_weights) -> None:
+  """Evaluates on the whole test set; writes `final_eval.json`."""
+  full_data = task.datasets.eval_preprocess_fn(
+      task.datasets.test_data.create_tf_dataset_from_all_clients())
+  metrics = evaluation.build_evaluator(task.model_fn, full_data)(model_weights)
+  path = os.path.join(hparams['output_dir'], FINAL_EVAL_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump({'rounds': hparams['rounds'], **metrics}, f, indent=2,
+              sort_keys=True)
+  os.replace(path + '.tmp', path)
+  print('final full evaluation: ' + '  '.join(
+      f'{k}={v:.4f}' for k, v in sorted(metrics.items())
+      if isinstance(v, float)), flush=True)
+
+
+PERSONALIZATION_FILE = 'personalization.json'
+
+
+def _check_personalization(hparams, task) -> None:
+  """Refuses, before training, a --personalize the task cannot run.
+
+  Raises:
+    UsageError: If --personalize_clients exceeds the held-out clients or the
+      task's model is not a classifier with one integer label per example.
+  """
+  from tff_opt import personalization  # pylint: disable=g-import-not-at-top
+  num_test = len(task.datasets.test_data.client_ids)
+  if (FLAGS.personalize_clients is not None and
+      FLAGS.personalize_clients > num_test):
+    raise UsageError(
+        f'--personalize_clients={FLAGS.personalize_clients} is larger than '
+        f"the {num_test} held-out clients of task {hparams['task']}.")
+  try:
+    personalization.check_classifier(task.model_fn)
+  except ValueError as e:
+    raise UsageError(f"--personalize: task {hparams['task']}: {e}") from e
+
+
+def _personalize(hparams, client_optimizer, model_weights) -> None:
+  """Classifier calibration on the held-out clients; personalization.json.
+
+  Each held-out client (all, or a --seed-ed sample of
+  --personalize_clients) splits its examples per class into its own train
+  and test splits (tff_opt.personalization.build_client_inputs), fine-tunes
+  the last layer of the global model with the run's client optimizer and
+  batch size for --personalize_epochs, and reports accuracy and loss on its
+  test split before and after.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  from tff_opt import personalization  # pylint: disable=g-import-not-at-top
+
+  # Unshuffled held-out examples: the splits are a function of --seed.
+  task = tasks.create_task(
+      hparams['task'],
+      train_client_spec=tff.simulation.baselines.ClientSpec(
+          num_epochs=1, batch_size=hparams['client_batch_size']),
+      eval_client_spec=tff.simulation.baselines.ClientSpec(
+          num_epochs=1, batch_size=128, shuffle_buffer_size=1),
+      data_dir=hparams['data_dir'],
+      seed=hparams['seed'])
+  test_data = task.datasets.test_data
+  client_ids = sorted(test_data.client_ids)
+  if FLAGS.personalize_clients is not None:
+    client_ids = sorted(np.random.default_rng(hparams['seed']).choice(
+        client_ids, FLAGS.personalize_clients, replace=False).tolist())
+  try:
+    inputs, skipped = personalization.build_client_inputs(
+        [task.datasets.eval_preprocess_fn(
+            test_data.create_tf_dataset_for_client(c)).unbatch()
+         for c in client_ids],
+        train_fraction=FLAGS.personalize_train_fraction,
+        seed=hparams['seed'])
+  except ValueError as e:
+    raise UsageError(f'--personalize: {e}') from e
+  if not inputs:
+    raise UsageError('--personalize: no held-out client has examples for '
+                     'both its train and its test split.')
+  settings = {
+      'epochs': FLAGS.personalize_epochs,
+      'train_fraction': FLAGS.personalize_train_fraction,
+      'mu': FLAGS.personalize_mu,
+      'distill_lambda': FLAGS.personalize_distill_lambda,
+      'batch_size': hparams['client_batch_size'],
+      'client_opt': hparams['client_opt'],
+      'client_lr': hparams['client_lr'],
+  }
+  computation = personalization.build_personalization_eval(
+      task.model_fn, optimizer=client_optimizer,
+      batch_size=hparams['client_batch_size'], num_clients=len(inputs),
+      epochs=FLAGS.personalize_epochs, mu=FLAGS.personalize_mu,
+      distill_lambda=FLAGS.personalize_distill_lambda)
+  summary = personalization.report(
+      personalization.evaluate(computation, model_weights, inputs))
+  payload = {
+      'rounds': hparams['rounds'],
+      'settings': settings,
+      'clients': [c for i, c in enumerate(client_ids) if i not in skipped],
+      'skipped_clients': [client_ids[i] for i in skipped],
+      **summary,
+  }
+  path = os.path.join(hparams['output_dir'], PERSONALIZATION_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(payload, f, indent=2, sort_keys=True)
+  os.replace(path + '.tmp', path)
+  before, after = summary['global']['accuracy'], summary['calibrated'][
+      'accuracy']
+  print(f"personalization: {before['num_clients']} clients, accuracy global "
+        f"mean={before['mean']:.4f} median={before['median']:.4f} -> "
+        f"calibrated mean={after['mean']:.4f} median={after['median']:.4f} "
+        f"(mean gain {summary['accuracy_gain']['mean']:+.4f})", flush=True)
+
+
+@contextlib.contextmanager
+def _flag_errors(hparams: dict, **flag_of_argument: str):
+  """Turns a builder's `ValueError` about an argument into a flag error.
+
+  The library's messages name their argument ("beta_1 must be in [0, 1),
+  got 1.5."); the user set a flag, so the flag and its value lead.
+  """
+  try:
+    yield
+  except ValueError as e:
+    message = str(e)
+    argument = message.split(' ', 1)[0]
+    if argument in flag_of_argument:
+      flag = flag_of_argument[argument]
+      message = f'--{flag}={hparams[flag]}: {message}'
+    raise UsageError(message) from e
 
 
 def _saved_extras(hparams: dict) -> dict:

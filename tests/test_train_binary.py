@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
+import tasks
 from binaries import train
+from tff_opt import registry
 
 FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
         '--eval_every=1', '--checkpoint_every=2', '--seed=3']
@@ -137,9 +139,10 @@ def test_clients_per_round_larger_than_population(tmp_path, capsys):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['--task=nope'], 'flag --task=nope: value should be one of <digits>'),
+    (['--task=nope'], 'flag --task=nope: value should be one of <' +
+     '|'.join(tasks.TASK_NAMES) + '>'),
     (['--algorithm=nope'], 'flag --algorithm=nope: value should be one of '
-     '<fedopt>'),
+     '<' + '|'.join(registry.ALGORITHMS) + '>'),
     (['--server_opt=nope'], 'flag --server_opt=nope: value should be one of '
      '<sgd|sgdm|adagrad|adam|yogi|tff_adagrad|tff_adam|tff_yogi>'),
     (['--rounds=0'], 'flag --rounds=0: 0 is not a positive integer'),
@@ -160,7 +163,17 @@ def test_bad_optimizer_hparam_is_one_line_error(tmp_path, capsys):
   assert _run(*FAST, '--rounds=1', '--server_beta_1=1.5',
               f'--output_dir={output_dir}') == 2
   assert capsys.readouterr().err == (
-      'train: error: beta_1 must be in [0, 1), got 1.5.\n')
+      'train: error: --server_beta_1=1.5: beta_1 must be in [0, 1), got '
+      '1.5.\n')
+
+
+def test_bad_schedule_flag_names_the_flag(tmp_path, capsys):
+  output_dir = str(tmp_path / 'run')
+  assert _run(*FAST, '--rounds=1', '--client_lr_decay=staircase',
+              '--client_lr_decay_factor=2', f'--output_dir={output_dir}') == 2
+  assert capsys.readouterr().err == (
+      'train: error: --client_lr_decay_factor=2.0: decay_factor must be in '
+      '(0, 1], got 2.0.\n')
 
 
 def test_command_line_error_has_no_traceback_and_leaves_no_worker():
@@ -170,4 +183,4 @@ def test_command_line_error_has_no_traceback_and_leaves_no_worker():
   assert result.returncode == 1
   assert 'Traceback' not in result.stderr
   assert ('FATAL Flags parsing error: flag --task=nope: value should be one '
-          'of <digits>') in result.stderr
+          'of <' + '|'.join(tasks.TASK_NAMES) + '>') in result.stderr

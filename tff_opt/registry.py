@@ -13,6 +13,8 @@ from typing import Any
 import tensorflow_federated as tff
 
 from tff_opt import algorithms
+from tff_opt.algorithms import fed_adc
+from tff_opt.algorithms import slowmo
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,11 +27,14 @@ class Algorithm:
     build: `(model_fn, *, client_optimizer_fn, server_optimizer_fn,
       client_weighting, client_lr_schedule, **hparams) -> LearningProcess`.
     hparams: Names of the algorithm-specific hyper-parameters `build` takes.
+    optional_hparams: Names `build` also takes, passed even when `None`
+      (their flag's `None` means the algorithm's own default).
   """
   name: str
   summary: str
   build: Callable[..., tff.learning.templates.LearningProcess]
   hparams: tuple[str, ...] = ()
+  optional_hparams: tuple[str, ...] = ()
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -40,6 +45,69 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'from --server_opt (sgd = FedAvg, sgdm = FedAvgM, '
                      'adagrad/adam/yogi = FedAdagrad/FedAdam/FedYogi)'),
             build=algorithms.build_fed_opt),
+        Algorithm(
+            name='fedadc',
+            summary=('FedADC (Ozfatura et al. Algorithm 3; Algorithm 4 with '
+                     '--local_momentum > 0): global momentum embedded in '
+                     'local SGD steps, server momentum rule with alpha = 1 '
+                     '(--server_opt/--server_lr unused)'),
+            build=fed_adc.build_fed_adc_from_flags,
+            hparams=('beta', 'fedadc_variant', 'local_momentum'),
+            optional_hparams=('beta_local',)),
+        Algorithm(
+            name='fedadc_plus',
+            summary=('FedADC+: FedADC with self-confidence distillation '
+                     '(--distill_lambda, --distill_temperature)'),
+            build=fed_adc.build_fed_adc_plus_from_flags,
+            hparams=('beta', 'fedadc_variant', 'local_momentum',
+                     'distill_lambda', 'distill_temperature'),
+            optional_hparams=('beta_local',)),
+        Algorithm(
+            name='slowmo',
+            summary=('SlowMo / FedAvgM (FedADC paper Algorithm 2): local SGD, '
+                     'server momentum --beta in units of Delta / eta, '
+                     'alpha = 1 (--server_opt/--server_lr unused)'),
+            build=slowmo.build_slowmo_from_flags,
+            hparams=('beta',)),
+        Algorithm(
+            name='fedprox',
+            summary=('FedProx: local objective L_k + (mu/2)||w - w_t||^2 '
+                     '(--mu), server optimizer from --server_opt'),
+            build=algorithms.build_fed_prox,
+            hparams=('mu',)),
+        Algorithm(
+            name='fedfor',
+            summary=('FedFOR (Eq. 7): two-model broadcast, local penalty '
+                     '(alpha/eta) sum relu((w_{t-1} - w_t)(w - w_t)) '
+                     '(--alpha), server optimizer from --server_opt'),
+            build=algorithms.build_fed_for,
+            hparams=('alpha',)),
+        Algorithm(
+            name='fedcurv',
+            summary=('FedCurv: Fisher sums u, v broadcast, local penalty '
+                     'lam (w^T diag(u) w - 2 w^T v) (--lam), server optimizer '
+                     'from --server_opt'),
+            build=algorithms.build_fed_curv,
+            hparams=('lam',)),
+        Algorithm(
+            name='scaffold',
+            summary=('SCAFFOLD option II (Reddi et al. Algorithm 6): client '
+                     'and server control variates, client state kept by the '
+                     'training loop; server optimizer from --server_opt'),
+            build=algorithms.build_scaffold),
+        Algorithm(
+            name='fedptr_s',
+            summary=('FedPTR-S: server-side trajectory matching, broadcast '
+                     'of the projected model w~_{t+1}, local penalty '
+                     'sum_l mu_l/2 ||w_l - w~_l||^2 (--mu, --images_per_class, '
+                     '--mtt_outer_steps, --mtt_inner_steps, '
+                     '--projection_steps, --layer_adaptive, --update_every, '
+                     '--mtt_init_lr, --mtt_image_lr, --mtt_lr_lr)'),
+            build=algorithms.build_fed_ptr,
+            hparams=('mu', 'images_per_class', 'mtt_outer_steps',
+                     'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
+                     'update_every', 'mtt_init_lr', 'mtt_image_lr',
+                     'mtt_lr_lr')),
     ]
 }
 
@@ -67,4 +135,5 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule,
-      **{h: hparams[h] for h in algorithm.hparams})
+      **{h: hparams[h] for h in algorithm.hparams},
+      **{h: hparams.get(h) for h in algorithm.optional_hparams})

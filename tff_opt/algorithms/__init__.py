@@ -1,3 +1,10 @@
 """Builders of federated learning processes, one module per algorithm."""
 
 from tff_opt.algorithms.fed_opt import build_fed_opt
+from tff_opt.algorithms.fed_adc import build_fed_adc
+from tff_opt.algorithms.slowmo import build_slowmo
+from tff_opt.algorithms.fed_prox import build_fed_prox
+from tff_opt.algorithms.fed_for import build_fed_for
+from tff_opt.algorithms.fed_curv import build_fed_curv
+from tff_opt.algorithms.scaffold import build_scaffold
+from tff_opt.algorithms.fed_ptr import build_fed_ptr
