@@ -1,0 +1,576 @@
+r"""Grid search over client and server learning rates, the paper's way.
+
+    python -m binaries.sweep --task=digits --server_opt=yogi --grid=paper \
+        --sweep_dir=sweeps/digits_yogi --parallel=2
+    python -m binaries.sweep --task=digits --server_opt=sgd \
+        --client_lrs=0.1,0.03 --server_lrs=1,0.3 --rounds=50 \
+        --sweep_dir=sweeps/small --train_flag=--clients_per_round=5
+
+Every grid point is one run of `python -m binaries.train` with its own
+`--output_dir` under `--sweep_dir` (`<sweep_dir>/<point name>/`, logs in
+`<sweep_dir>/logs/`), at most `--parallel` at once. Running the sweep again
+skips finished points (their `metrics.csv` has every round) and resumes the
+others from their checkpoints. Then:
+
+    summary.csv    one row per point: learning rates, tau, status, the
+                   selection score (mean train_loss over the last 100
+                   rounds), --metric over the same window, its final value,
+                   which point was selected
+    heatmap.png    --metric (mean of the last 100 rounds) over (client lr,
+                   server lr), like Figure 2 of Reddi et al.
+
+Selection (Reddi et al. Section 4, Appendix D.1): the lowest average
+training loss over the last 100 rounds; ties and diverged runs as in
+`tff_opt.analysis`.
+
+Grids of Appendix D.2 (`--grid=paper`). Our text copy of the paper lost the
+grids themselves; these are the published ones as we recall them, written
+as log10 exponents in steps of 1/2:
+
+    client lr 10^{-3, -2.5, ..., 0.5}, server lr 10^{-3, -2.5, ..., 1}
+        CIFAR-10, CIFAR-100, EMNIST CR, Shakespeare, Stack Overflow NWP
+        (and `digits`, not in the paper: the paper's initial grid)
+    client lr 10^{-1.5, ..., 2},      server lr 10^{-2, ..., 1}   EMNIST AE
+    client lr 10^{-1, ..., 3},        server lr 10^{-2, ..., 1.5} SO LR
+    tau in {10^-1, ..., 10^-5} for adaptive server optimizers
+        (adagrad, adam, yogi and TFF's tff_*); none for sgd / sgdm.
+
+They agree with every best point of the paper's Table 8 (each inside its
+task's grid). The heat map fixes tau, as the paper's figures do, at the tau
+of the selected point.
+"""
+
+import concurrent.futures
+import csv
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Optional
+
+# Quiets TensorFlow's C++ start-up lines when the task defaults are read.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import flags  # pylint: disable=g-import-not-at-top
+
+from tff_opt import analysis  # pylint: disable=g-import-not-at-top
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUMMARY_FILE = 'summary.csv'
+HEATMAP_FILE = 'heatmap.png'
+LOGS_DIR = 'logs'
+ADAPTIVE_SERVER_OPTIMIZERS = ('adagrad', 'adam', 'yogi', 'tff_adagrad',
+                              'tff_adam', 'tff_yogi')
+# Flags of binaries.train that the sweep sets itself.
+_OWN_TRAIN_FLAGS = ('task', 'algorithm', 'server_opt', 'client_lr',
+                    'server_lr', 'server_tau', 'rounds', 'output_dir')
+
+
+def _log10_grid(low: float, high: float) -> tuple[float, ...]:
+  """10^low, 10^(low + 1/2), ..., 10^high."""
+  steps = int(round((high - low) * 2))
+  return tuple(10.0**(low + k / 2) for k in range(steps + 1))
+
+
+_STANDARD_GRID = (_log10_grid(-3, 0.5), _log10_grid(-3, 1))
+# task -> (client learning rates, server learning rates), Appendix D.2.
+PAPER_GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    'cifar10': _STANDARD_GRID,
+    'cifar100': _STANDARD_GRID,
+    'emnist_cr': _STANDARD_GRID,
+    'shakespeare': _STANDARD_GRID,
+    'stackoverflow_nwp': _STANDARD_GRID,
+    'digits': _STANDARD_GRID,
+    'emnist_ae': (_log10_grid(-1.5, 2), _log10_grid(-2, 1)),
+    'stackoverflow_lr': (_log10_grid(-1, 3), _log10_grid(-2, 1.5)),
+}
+PAPER_TAUS: tuple[float, ...] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5)
+
+# A launcher runs `python -m binaries.train ARGV`, sending its output to the
+# log path, and returns its exit status.
+Launcher = Callable[[list[str], str], int]
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+  """One point of the grid; `server_tau=None` leaves tau to the binary."""
+  client_lr: float
+  server_lr: float
+  server_tau: Optional[float] = None
+
+  @property
+  def name(self) -> str:
+    """The point's directory name, e.g. `clr=0.1_slr=0.0316_tau=0.001`."""
+    name = f'clr={self.client_lr:.3g}_slr={self.server_lr:.3g}'
+    if self.server_tau is not None:
+      name += f'_tau={self.server_tau:.3g}'
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class PointResult:
+  """A point after the sweep: its status and numbers."""
+  point: GridPoint
+  output_dir: str
+  # 'finished' (every round logged), 'unfinished' (some), or 'failed' (no
+  # metrics: the run failed before its first round, or never ran).
+  status: str
+  rounds_done: int
+  score: float  # analysis.selection_score; inf unless finished.
+  metric_mean: Optional[float]
+  metric_final: Optional[float]
+
+
+def paper_grid(task: str, server_opt: str) -> list[GridPoint]:
+  """The grid of Reddi et al. Appendix D.2 for `task` and `server_opt`.
+
+  Raises:
+    ValueError: If the paper has no grid for `task`.
+  """
+  if task not in PAPER_GRIDS:
+    raise ValueError(f'No paper grid for task {task!r}; paper grids exist '
+                     f'for {", ".join(sorted(PAPER_GRIDS))}. Give '
+                     '--client_lrs and --server_lrs instead.')
+  client_lrs, server_lrs = PAPER_GRIDS[task]
+  taus = PAPER_TAUS if server_opt in ADAPTIVE_SERVER_OPTIMIZERS else (None,)
+  return explicit_grid(client_lrs, server_lrs, taus)
+
+
+def explicit_grid(client_lrs: Sequence[float], server_lrs: Sequence[float],
+                  taus: Sequence[Optional[float]] = (None,)
+                  ) -> list[GridPoint]:
+  """The product grid, in order client lr, server lr, tau.
+
+  Raises:
+    ValueError: If a list is empty, holds a duplicate, or a value is not a
+      positive finite number, or two points would share a directory name
+      (3 significant digits).
+  """
+  for name, values in (('client_lrs', client_lrs),
+                       ('server_lrs', server_lrs), ('taus', taus)):
+    if not values:
+      raise ValueError(f'{name} must not be empty.')
+    if len(set(values)) != len(values):
+      raise ValueError(f'{name} has a repeated value: {list(values)}.')
+    for value in values:
+      if value is None and name == 'taus':
+        continue
+      if not (isinstance(value, (int, float)) and math.isfinite(value) and
+              value > 0):
+        raise ValueError(f'{name} must hold positive numbers, got {value!r}.')
+  if None in taus and len(taus) > 1:
+    raise ValueError('taus must not mix None with values.')
+  points = [GridPoint(float(c), float(s), None if t is None else float(t))
+            for c in client_lrs for s in server_lrs for t in taus]
+  names = [p.name for p in points]
+  if len(set(names)) != len(names):
+    raise ValueError('values closer than 3 significant digits share a point '
+                     f'directory name: {sorted(names)}.')
+  return points
+
+
+def train_argv(point: GridPoint, *, task: str, algorithm: str,
+               server_opt: str, rounds: int, output_dir: str,
+               train_flags: Sequence[str] = ()) -> list[str]:
+  """The `binaries.train` arguments of one grid point."""
+  argv = [f'--task={task}', f'--algorithm={algorithm}',
+          f'--server_opt={server_opt}', f'--client_lr={point.client_lr!r}',
+          f'--server_lr={point.server_lr!r}']
+  if point.server_tau is not None:
+    argv.append(f'--server_tau={point.server_tau!r}')
+  argv += [f'--rounds={rounds}', f'--output_dir={output_dir}',
+           *train_flags]
+  return argv
+
+
+def is_finished(output_dir: str, rounds: int) -> bool:
+  """Whether `output_dir/metrics.csv` holds every round 1..`rounds`."""
+  try:
+    rows = analysis.read_metrics(output_dir)
+  except FileNotFoundError:
+    return False
+  return set(range(1, rounds + 1)) <= {r['round'] for r in rows}
+
+
+def subprocess_launcher(argv: list[str], log_path: str) -> int:
+  """Runs `python -m binaries.train ARGV` from the repository root."""
+  with open(log_path, 'a') as log:
+    return subprocess.run(
+        [sys.executable, '-m', 'binaries.train', *argv],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT, check=False).returncode
+
+
+def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
+              algorithm: str, server_opt: str, rounds: int,
+              train_flags: Sequence[str] = (), parallel: int = 1,
+              launcher: Launcher = subprocess_launcher,
+              log: Callable[[str], None] = print) -> dict[GridPoint, str]:
+  """Runs the points not finished yet, at most `parallel` at once.
+
+  Args:
+    points: The grid.
+    sweep_dir: Where every point's output directory goes.
+    task, algorithm, server_opt, rounds: Passed to every run.
+    train_flags: Other `binaries.train` flags passed to every run.
+    parallel: How many runs at once, positive.
+    launcher: Runs one point (`subprocess_launcher`; tests record instead).
+    log: Called with one line per point started, skipped or ended.
+
+  Returns:
+    `{point: 'skipped' | 'finished' | 'failed'}` ('failed': the run exited
+    with an error, or ended without logging every round).
+
+  Raises:
+    ValueError: If `parallel` or `rounds` is not positive.
+  """
+  if parallel < 1:
+    raise ValueError(f'parallel must be a positive integer, got {parallel}.')
+  if rounds < 1:
+    raise ValueError(f'rounds must be a positive integer, got {rounds}.')
+  os.makedirs(os.path.join(sweep_dir, LOGS_DIR), exist_ok=True)
+  outcome = {}
+  todo = []
+  for point in points:
+    output_dir = os.path.join(sweep_dir, point.name)
+    if is_finished(output_dir, rounds):
+      outcome[point] = 'skipped'
+      log(f'{point.name}: finished before, skipped')
+    else:
+      todo.append(point)
+  lock = threading.Lock()
+
+  def run_one(point):
+    output_dir = os.path.join(sweep_dir, point.name)
+    log_path = os.path.join(sweep_dir, LOGS_DIR, point.name + '.log')
+    argv = train_argv(point, task=task, algorithm=algorithm,
+                      server_opt=server_opt, rounds=rounds,
+                      output_dir=output_dir, train_flags=train_flags)
+    with lock:
+      log(f'{point.name}: started (log {log_path})')
+    status = launcher(argv, log_path)
+    ok = status == 0 and is_finished(output_dir, rounds)
+    with lock:
+      log(f'{point.name}: ' + ('finished' if ok else
+                               f'FAILED (exit {status}; see {log_path})'))
+    return point, 'finished' if ok else 'failed'
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+    for point, status in pool.map(run_one, todo):
+      outcome[point] = status
+  return outcome
+
+
+def collect(points: Sequence[GridPoint], *, sweep_dir: str, rounds: int,
+            metric: str = 'eval_accuracy',
+            window: int = analysis.DEFAULT_WINDOW) -> list[PointResult]:
+  """Reads every point's metrics back (no training)."""
+  results = []
+  for point in points:
+    output_dir = os.path.join(sweep_dir, point.name)
+    try:
+      rows = analysis.read_metrics(output_dir)
+    except FileNotFoundError:
+      rows = []
+    finished = set(range(1, rounds + 1)) <= {r['round'] for r in rows}
+    # Rows past --rounds (a longer earlier run) are not part of this sweep.
+    rows = [r for r in rows if r['round'] <= rounds]
+    status = 'finished' if finished else (
+        'unfinished' if rows else 'failed')
+    results.append(PointResult(
+        point=point, output_dir=output_dir, status=status,
+        rounds_done=analysis.last_round(rows),
+        score=(analysis.selection_score(rows, window=window)
+               if finished else math.inf),
+        metric_mean=analysis.window_mean(rows, metric, window=window),
+        metric_final=analysis.final_value(rows, metric)))
+  return results
+
+
+def select(results: Sequence[PointResult]) -> Optional[PointResult]:
+  """The finished point the paper's rule selects (`None` if none)."""
+  finished = [r for r in results if r.status == 'finished']
+  if not finished:
+    return None
+  by_candidate = {
+      analysis.Candidate(r.point.client_lr, r.point.server_lr,
+                         r.point.server_tau, r.score): r for r in finished}
+  return by_candidate[analysis.select_best(list(by_candidate))]
+
+
+def write_summary(results: Sequence[PointResult],
+                  best: Optional[PointResult], path: str, *,
+                  metric: str = 'eval_accuracy',
+                  window: int = analysis.DEFAULT_WINDOW) -> None:
+  """Writes `summary.csv`: finished points best first, then the others."""
+
+  def order(r):
+    return (r.status != 'finished',
+            analysis.tie_break_key(analysis.Candidate(
+                r.point.client_lr, r.point.server_lr, r.point.server_tau,
+                r.score)))
+
+  columns = ['client_lr', 'server_lr', 'server_tau', 'status', 'rounds_done',
+             f'train_loss_last{window}', f'{metric}_last{window}',
+             f'final_{metric}', 'selected', 'output_dir']
+  tmp = path + '.tmp'
+  with open(tmp, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(columns)
+    for r in sorted(results, key=order):
+      writer.writerow([
+          repr(r.point.client_lr), repr(r.point.server_lr),
+          '' if r.point.server_tau is None else repr(r.point.server_tau),
+          r.status, r.rounds_done,
+          '' if math.isinf(r.score) and r.status != 'finished' else r.score,
+          '' if r.metric_mean is None else r.metric_mean,
+          '' if r.metric_final is None else r.metric_final,
+          int(r is best), r.output_dir])
+  os.replace(tmp, path)
+
+
+def plot_heatmap(results: Sequence[PointResult], best: PointResult,
+                 path: str, *, metric: str = 'eval_accuracy',
+                 window: int = analysis.DEFAULT_WINDOW,
+                 title: str = ''):
+  """Draws `metric` over (client lr, server lr) at the selected tau.
+
+  Cells are the mean of `metric` over the last `window` rounds (accuracies
+  in percent); a point not finished is drawn blank, the selected point is
+  framed.
+
+  Returns:
+    The drawn values, a NumPy array indexed [server lr, client lr] (both
+    ascending), NaN where blank.
+  """
+  import matplotlib.patches  # pylint: disable=g-import-not-at-top
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  tau = best.point.server_tau
+  cells = [r for r in results if r.point.server_tau == tau]
+  client_lrs = sorted({r.point.client_lr for r in cells})
+  server_lrs = sorted({r.point.server_lr for r in cells})
+  values = np.full((len(server_lrs), len(client_lrs)), np.nan)
+  for r in cells:
+    if r.status == 'finished' and r.metric_mean is not None:
+      values[server_lrs.index(r.point.server_lr),
+             client_lrs.index(r.point.client_lr)] = r.metric_mean
+  lower = analysis.lower_is_better(metric)
+  scale = 100.0 if 'accuracy' in metric else 1.0
+  values *= scale
+  fig, ax = plt.subplots(figsize=(max(6.0, 2.5 + 0.8 * len(client_lrs)),
+                                  max(4.5, 2.0 + 0.5 * len(server_lrs))))
+  image = ax.imshow(values, origin='lower', aspect='auto',
+                    cmap='viridis_r' if lower else 'viridis')
+  finite = values[np.isfinite(values)]
+  middle = float(np.mean([finite.min(), finite.max()])) if finite.size else 0
+  for i in range(len(server_lrs)):
+    for j in range(len(client_lrs)):
+      value = values[i, j]
+      text = '—' if not np.isfinite(value) else (
+          f'{value:.1f}' if scale != 1.0 else f'{value:.3g}')
+      dark = np.isfinite(value) and ((value < middle) != lower)
+      ax.text(j, i, text, ha='center', va='center', fontsize=9,
+              color='white' if dark else 'black')
+  i = server_lrs.index(best.point.server_lr)
+  j = client_lrs.index(best.point.client_lr)
+  ax.add_patch(matplotlib.patches.Rectangle(
+      (j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor='red', linewidth=2.5))
+  ax.set_xticks(range(len(client_lrs)),
+                [f'{math.log10(v):.1f}' for v in client_lrs])
+  ax.set_yticks(range(len(server_lrs)),
+                [f'{math.log10(v):.1f}' for v in server_lrs])
+  ax.set_xlabel('client learning rate (log10)')
+  ax.set_ylabel('server learning rate (log10)')
+  colorbar = fig.colorbar(image, ax=ax)
+  colorbar.set_label(_metric_label(metric) +
+                     f'\nmean of the last {window} rounds')
+  lines = [title] if title else []
+  lines.append((f'tau = {tau:g}; ' if tau is not None else '') +
+               f'red box: selected (lowest mean train loss, last {window} '
+               'rounds)')
+  ax.set_title('\n'.join(lines), fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return values
+
+
+def _metric_label(metric: str) -> str:
+  if 'accuracy' in metric:
+    return f'{metric} (%)'
+  return metric
+
+
+# --- The binary --------------------------------------------------------------
+
+# Its own flag set: the sweep's --task, --rounds, ... must not collide with
+# binaries.train's when both modules are imported (the tests do).
+FLAGS = flags.FlagValues()
+_F = dict(flag_values=FLAGS)
+
+flags.DEFINE_string('task', 'digits', 'Benchmark task (binaries.train).', **_F)
+flags.DEFINE_string('algorithm', 'fedopt', 'Algorithm (binaries.train).',
+                    **_F)
+flags.DEFINE_string('server_opt', 'yogi', 'Server optimizer '
+                    '(binaries.train); decides whether tau is swept.', **_F)
+flags.DEFINE_enum('grid', None, ['paper'], 'paper: the grid of Reddi et al. '
+                  'Appendix D.2 for --task. Otherwise give --client_lrs and '
+                  '--server_lrs (and --taus).', **_F)
+flags.DEFINE_list('client_lrs', None, 'Client learning rates, e.g. 0.1,0.03.',
+                  **_F)
+flags.DEFINE_list('server_lrs', None, 'Server learning rates.', **_F)
+flags.DEFINE_list('taus', None, 'Adaptivity values tau; default: the '
+                  'binary\'s (the task\'s) tau.', **_F)
+flags.DEFINE_string('sweep_dir', None, 'Where the points\' runs, the '
+                    'summary and the heat map go (required).', **_F)
+flags.DEFINE_integer('rounds', None, 'Rounds per point. Default: the '
+                     'task\'s.', lower_bound=1, **_F)
+flags.DEFINE_integer('parallel', 1, 'Points trained at once.', lower_bound=1,
+                     **_F)
+flags.DEFINE_integer('window', analysis.DEFAULT_WINDOW, 'Rounds averaged by '
+                     'the selection rule and the heat map.', lower_bound=1,
+                     **_F)
+flags.DEFINE_string('metric', 'eval_accuracy', 'metrics.csv column of the '
+                    'heat map (e.g. eval_loss for tasks without accuracy).',
+                    **_F)
+flags.DEFINE_multi_string('train_flag', [], 'A flag passed to every run, '
+                          'e.g. --train_flag=--clients_per_round=5 '
+                          '(repeatable).', **_F)
+flags.DEFINE_boolean('dry_run', False, 'Print the points and their '
+                     'commands; run nothing.', **_F)
+
+
+class UsageError(Exception):
+  """A bad flag: reported in one line."""
+
+
+def _floats(flag_name: str) -> Optional[list[float]]:
+  values = FLAGS[flag_name].value
+  if values is None:
+    return None
+  try:
+    return [float(v) for v in values]
+  except ValueError as e:
+    raise UsageError(f'--{flag_name}={",".join(values)}: {e}.') from e
+
+
+def points_from_flags() -> list[GridPoint]:
+  """The grid the flags ask for.
+
+  Raises:
+    UsageError: If the flags give no grid, two grids, or bad values.
+  """
+  client_lrs, server_lrs, taus = (_floats('client_lrs'),
+                                  _floats('server_lrs'), _floats('taus'))
+  explicit = client_lrs is not None or server_lrs is not None
+  try:
+    if FLAGS.grid == 'paper':
+      if explicit or taus is not None:
+        raise UsageError('--grid=paper sets the learning rates and taus; '
+                         'drop --client_lrs/--server_lrs/--taus, or drop '
+                         '--grid.')
+      return paper_grid(FLAGS.task, FLAGS.server_opt)
+    if client_lrs is None or server_lrs is None:
+      raise UsageError('give --grid=paper, or both --client_lrs and '
+                       '--server_lrs.')
+    return explicit_grid(client_lrs, server_lrs, taus or (None,))
+  except ValueError as e:
+    raise UsageError(str(e)) from e
+
+
+def _check_train_flags(train_flags: Sequence[str]) -> None:
+  for flag in train_flags:
+    name = flag.lstrip('-').split('=', 1)[0]
+    if name in _OWN_TRAIN_FLAGS:
+      raise UsageError(f'--train_flag={flag}: the sweep sets --{name} '
+                       'itself; use the sweep\'s own flag.')
+
+
+def _rounds() -> int:
+  if FLAGS.rounds is not None:
+    return FLAGS.rounds
+  import tasks  # pylint: disable=g-import-not-at-top
+  try:
+    return tasks.task_defaults(FLAGS.task).rounds
+  except (KeyError, ValueError) as e:
+    raise UsageError(str(e)) from e
+
+
+def main(argv: Sequence[str],
+         launcher: Launcher = subprocess_launcher) -> None:
+  """Parses `argv` (program name first), runs the sweep, reports.
+
+  Exits with status 2 and one `sweep: error: ...` line on a usage error or
+  when points failed (after writing the summary of the others).
+  """
+  FLAGS.unparse_flags()
+  if '--help' in argv or '-h' in argv:
+    print(__doc__ + '\n' + FLAGS.get_help())
+    return
+  try:
+    rest = FLAGS(list(argv))
+  except flags.Error as e:
+    _fail(str(e))
+  if len(rest) > 1:
+    _fail(f'unexpected arguments: {" ".join(rest[1:])} (flags take the '
+          'form --name=value).')
+  try:
+    if not FLAGS.sweep_dir:
+      raise UsageError('--sweep_dir is required.')
+    points = points_from_flags()
+    _check_train_flags(FLAGS.train_flag)
+    rounds = _rounds()
+  except UsageError as e:
+    _fail(str(e))
+  sweep_dir = FLAGS.sweep_dir
+  settings = dict(task=FLAGS.task, algorithm=FLAGS.algorithm,
+                  server_opt=FLAGS.server_opt, rounds=rounds)
+  print(f'sweep: {len(points)} points, {rounds} rounds each, '
+        f'{FLAGS.parallel} at a time, in {sweep_dir}', flush=True)
+  if FLAGS.dry_run:
+    for point in points:
+      print('python -m binaries.train ' + ' '.join(train_argv(
+          point, output_dir=os.path.join(sweep_dir, point.name),
+          train_flags=FLAGS.train_flag, **settings)))
+    return
+  outcome = run_sweep(points, sweep_dir=sweep_dir,
+                      train_flags=FLAGS.train_flag, parallel=FLAGS.parallel,
+                      launcher=launcher,
+                      log=lambda line: print(line, flush=True), **settings)
+  results = collect(points, sweep_dir=sweep_dir, rounds=rounds,
+                    metric=FLAGS.metric, window=FLAGS.window)
+  best = select(results)
+  write_summary(results, best, os.path.join(sweep_dir, SUMMARY_FILE),
+                metric=FLAGS.metric, window=FLAGS.window)
+  failed = [p.name for p, s in outcome.items() if s == 'failed']
+  if best is None:
+    _fail(f'no point finished ({len(failed)} failed); see '
+          f'{os.path.join(sweep_dir, LOGS_DIR)}.')
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')  # Headless: files only.
+  plot_heatmap(results, best, os.path.join(sweep_dir, HEATMAP_FILE),
+               metric=FLAGS.metric, window=FLAGS.window,
+               title=f'{FLAGS.task}, {FLAGS.algorithm}, {FLAGS.server_opt}')
+  tau = ('' if best.point.server_tau is None else
+         f' server_tau={best.point.server_tau:g}')
+  print(f'selected: client_lr={best.point.client_lr:g} '
+        f'server_lr={best.point.server_lr:g}{tau} (mean train_loss of the '
+        f'last {FLAGS.window} rounds {best.score:.4f}); summary in '
+        f'{os.path.join(sweep_dir, SUMMARY_FILE)}', flush=True)
+  if failed:
+    _fail(f'{len(failed)} points failed: {", ".join(failed)}; see '
+          f'{os.path.join(sweep_dir, LOGS_DIR)}.')
+
+
+def _fail(message: str) -> None:
+  print(f'sweep: error: {message}', file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+if __name__ == '__main__':
+  main(sys.argv)

@@ -1,0 +1,331 @@
+"""Sweeps on fabricated runs: the paper's selection rule, resume, the grid.
+
+No training here: every `metrics.csv` is written by the test, and the
+sweep's launcher is replaced by one that records what would be launched
+(and fabricates the run it stands for).
+"""
+
+import csv
+import math
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from binaries import sweep
+from tasks import paper_settings
+from tff_opt import analysis
+
+ROUNDS = 150
+
+
+def write_run(output_dir, train_losses, *, eval_every=10, accuracy=None):
+  """Writes a `metrics.csv` like the training loop's.
+
+  Round r has `train_losses[r - 1]`; every `eval_every` rounds (and the
+  last) also `eval_accuracy = accuracy(r)`; other rounds leave it empty.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  accuracy = accuracy or (lambda r: r / 1000)
+  rounds = len(train_losses)
+  with open(os.path.join(output_dir, 'metrics.csv'), 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', 'train_loss', 'train_accuracy', 'eval_loss',
+                     'eval_accuracy', 'round_seconds'])
+    for r, loss in enumerate(train_losses, start=1):
+      evaluated = r % eval_every == 0 or r == rounds
+      writer.writerow([r, loss, 0.5, 1.0 if evaluated else '',
+                       accuracy(r) if evaluated else '', 0.1])
+
+
+def _run_main(args, launcher):
+  try:
+    sweep.main(['sweep', *args], launcher=launcher)
+  except SystemExit as e:
+    return e.code
+  return 0
+
+
+def _summary(sweep_dir):
+  with open(os.path.join(sweep_dir, 'summary.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+def _output_dir(argv):
+  return next(a for a in argv if a.startswith('--output_dir=')).split('=',
+                                                                     1)[1]
+
+
+def _never(argv, log_path):
+  raise AssertionError(f'nothing should be launched, got {argv}')
+
+
+# --- analysis: the numbers the rule is made of ------------------------------
+
+
+def test_window_mean_is_over_the_last_100_rounds(tmp_path):
+  write_run(str(tmp_path), [float(r) for r in range(1, ROUNDS + 1)])
+  rows = analysis.read_metrics(str(tmp_path))
+  # Rounds 51..150.
+  assert analysis.window_mean(rows, 'train_loss') == pytest.approx(100.5)
+  # eval_accuracy only on rounds 60, 70, ..., 150 inside the window.
+  assert analysis.window_mean(rows, 'eval_accuracy') == pytest.approx(
+      np.mean(np.arange(60, 151, 10)) / 1000)
+  assert analysis.window_mean(rows, 'train_loss', window=1) == 150.0
+  with pytest.raises(ValueError, match=r'^window must be a positive '
+                     r'integer, got 0\.$'):
+    analysis.window_mean(rows, 'train_loss', window=0)
+
+
+def test_shorter_run_averages_all_its_rounds(tmp_path):
+  write_run(str(tmp_path), [float(r) for r in range(1, 31)])
+  rows = analysis.read_metrics(str(tmp_path))
+  assert analysis.selection_score(rows) == pytest.approx(15.5)
+
+
+def test_non_finite_loss_in_window_scores_infinity(tmp_path):
+  losses = [1.0] * ROUNDS
+  losses[120] = math.nan
+  write_run(str(tmp_path), losses)
+  assert analysis.selection_score(analysis.read_metrics(str(tmp_path))) == (
+      math.inf)
+
+
+def test_ties_go_to_smaller_client_lr_then_server_lr_then_larger_tau():
+  c = analysis.Candidate
+  assert analysis.select_best([
+      c(0.1, 0.01, 1e-3, 0.5), c(0.03, 0.1, 1e-3, 0.5),
+      c(0.03, 0.01, 1e-4, 0.5), c(0.03, 0.01, 1e-2, 0.5),
+      c(1.0, 1.0, 1e-1, 0.7)
+  ]) == c(0.03, 0.01, 1e-2, 0.5)
+  # A lower score wins over every tie-break.
+  assert analysis.select_best([c(0.03, 0.01, 1e-2, 0.5),
+                               c(1.0, 1.0, 1e-5, 0.4999)]) == c(
+                                   1.0, 1.0, 1e-5, 0.4999)
+  # No tau (SGD servers) counts as the largest tau.
+  assert analysis.select_best([c(0.1, 1.0, 1e-1, 0.5),
+                               c(0.1, 1.0, None, 0.5)]).server_tau is None
+  with pytest.raises(ValueError, match='^candidates must not be empty'):
+    analysis.select_best([])
+
+
+# --- the sweep binary on fabricated points -----------------------------------
+
+
+def test_lowest_last_100_round_loss_wins_not_lowest_overall(tmp_path,
+                                                            capsys):
+  sweep_dir = str(tmp_path)
+  points = sweep.explicit_grid([0.1, 0.01], [1.0])
+  # clr=0.1: poor start, best last 100 rounds (0.30); overall mean 0.53.
+  write_run(os.path.join(sweep_dir, points[0].name),
+            [1.0] * 50 + [0.3] * 100, accuracy=lambda r: 0.8)
+  # clr=0.01: best overall mean (0.35) and best last round (0.1), but a
+  # worse last-100 mean (0.35).
+  write_run(os.path.join(sweep_dir, points[1].name),
+            [0.35] * 149 + [0.1], accuracy=lambda r: 0.6)
+  assert _run_main(['--task=digits', '--server_opt=sgd',
+                    '--client_lrs=0.1,0.01', '--server_lrs=1',
+                    f'--rounds={ROUNDS}', f'--sweep_dir={sweep_dir}'],
+                   _never) == 0
+  summary = _summary(sweep_dir)
+  assert [(r['client_lr'], r['selected']) for r in summary] == [
+      ('0.1', '1'), ('0.01', '0')]
+  assert float(summary[0]['train_loss_last100']) == pytest.approx(0.3)
+  assert float(summary[1]['train_loss_last100']) == pytest.approx(
+      (99 * 0.35 + 0.1) / 100)
+  assert float(summary[0]['eval_accuracy_last100']) == pytest.approx(0.8)
+  assert summary[0]['status'] == 'finished'
+  assert summary[0]['server_tau'] == ''
+  out = capsys.readouterr().out
+  assert 'clr=0.1_slr=1: finished before, skipped' in out
+  assert ('selected: client_lr=0.1 server_lr=1 (mean train_loss of the '
+          'last 100 rounds 0.3000)') in out
+  assert os.path.getsize(os.path.join(sweep_dir, 'heatmap.png')) > 1000
+
+
+def test_resumed_sweep_launches_only_unfinished_points(tmp_path):
+  sweep_dir = str(tmp_path)
+  points = sweep.explicit_grid([0.1, 0.01], [1.0, 0.1], [1e-3])
+  finished, half, _, _ = points
+  write_run(os.path.join(sweep_dir, finished.name), [0.5] * 20)
+  write_run(os.path.join(sweep_dir, half.name), [0.5] * 10)
+  launched = []
+
+  def record(argv, log_path):
+    output_dir = _output_dir(argv)
+    launched.append((argv, log_path))
+    write_run(output_dir, [0.9] * 20)  # What the real run would leave.
+    return 0
+
+  assert _run_main([
+      '--task=digits', '--server_opt=yogi', '--client_lrs=0.1,0.01',
+      '--server_lrs=1,0.1', '--taus=0.001', '--rounds=20',
+      f'--sweep_dir={sweep_dir}', '--train_flag=--clients_per_round=5'
+  ], record) == 0
+  assert sorted(os.path.basename(log) for _, log in launched) == sorted(
+      p.name + '.log' for p in points[1:])
+  argv_of = {os.path.basename(log)[:-4]: argv for argv, log in launched}
+  assert argv_of[half.name] == [
+      '--task=digits', '--algorithm=fedopt', '--server_opt=yogi',
+      '--client_lr=0.1', '--server_lr=0.1', '--server_tau=0.001',
+      '--rounds=20', f'--output_dir={os.path.join(sweep_dir, half.name)}',
+      '--clients_per_round=5'
+  ]
+  # The finished point kept its own numbers, and wins.
+  summary = _summary(sweep_dir)
+  assert summary[0]['output_dir'] == os.path.join(sweep_dir, finished.name)
+  assert summary[0]['selected'] == '1'
+  assert {r['status'] for r in summary} == {'finished'}
+
+  # A second run of the same sweep launches nothing.
+  assert _run_main([
+      '--task=digits', '--server_opt=yogi', '--client_lrs=0.1,0.01',
+      '--server_lrs=1,0.1', '--taus=0.001', '--rounds=20',
+      f'--sweep_dir={sweep_dir}'
+  ], _never) == 0
+
+
+def test_failed_and_diverged_points(tmp_path, capsys):
+  sweep_dir = str(tmp_path)
+  points = sweep.explicit_grid([0.1, 0.01, 0.001], [1.0])
+  diverged = [0.1] * 19 + [math.inf]
+  write_run(os.path.join(sweep_dir, points[0].name), diverged)
+  write_run(os.path.join(sweep_dir, points[1].name), [2.0] * 20)
+
+  def fail(argv, log_path):
+    del argv
+    with open(log_path, 'a') as f:
+      f.write('train: error: boom\n')
+    return 1
+
+  assert _run_main(['--task=digits', '--server_opt=sgd',
+                    '--client_lrs=0.1,0.01,0.001', '--server_lrs=1',
+                    '--rounds=20', f'--sweep_dir={sweep_dir}'], fail) == 2
+  summary = _summary(sweep_dir)
+  assert [(r['client_lr'], r['status'], r['selected']) for r in summary] == [
+      ('0.01', 'finished', '1'), ('0.1', 'finished', '0'),
+      ('0.001', 'failed', '0')]
+  assert summary[1]['train_loss_last100'] == 'inf'
+  err = capsys.readouterr().err
+  assert err == (f'sweep: error: 1 points failed: clr=0.001_slr=1; see '
+                 f'{os.path.join(sweep_dir, "logs")}.\n')
+
+
+def test_points_run_in_parallel_up_to_the_limit(tmp_path):
+  points = sweep.explicit_grid([0.1, 0.01, 0.001, 0.0001], [1.0])
+  barrier = threading.Barrier(2, timeout=60)
+  running, peak = [0], [0]
+  lock = threading.Lock()
+
+  def launcher(argv, log_path):
+    del log_path
+    with lock:
+      running[0] += 1
+      peak[0] = max(peak[0], running[0])
+    barrier.wait()  # Fails (BrokenBarrierError) unless two run at once.
+    write_run(_output_dir(argv), [1.0] * 3)
+    with lock:
+      running[0] -= 1
+    return 0
+
+  outcome = sweep.run_sweep(points, sweep_dir=str(tmp_path), task='digits',
+                            algorithm='fedopt', server_opt='sgd', rounds=3,
+                            parallel=2, launcher=launcher, log=lambda _: None)
+  assert outcome == {p: 'finished' for p in points}
+  assert peak[0] == 2
+
+
+def test_heatmap_values_are_last_window_means_at_selected_tau(tmp_path):
+  sweep_dir = str(tmp_path)
+  points = sweep.explicit_grid([0.1, 0.01], [1.0, 0.1], [1e-3, 1e-2])
+  for i, point in enumerate(points):
+    # tau=1e-2 at clr=0.01, slr=1 has the lowest loss.
+    loss = 0.1 if (point.client_lr, point.server_lr, point.server_tau) == (
+        0.01, 1.0, 1e-2) else 1.0 + i
+    if point == sweep.GridPoint(0.1, 0.1, 1e-2):
+      write_run(os.path.join(sweep_dir, point.name), [loss] * 5)  # Unfinished
+      continue
+    write_run(os.path.join(sweep_dir, point.name), [loss] * 10, eval_every=5,
+              accuracy=lambda r, i=i: (i + r) / 100)
+  results = sweep.collect(points, sweep_dir=sweep_dir, rounds=10, window=100)
+  best = sweep.select(results)
+  assert best.point == sweep.GridPoint(0.01, 1.0, 1e-2)
+  values = sweep.plot_heatmap(results, best,
+                              os.path.join(sweep_dir, 'h.png'))
+  # [server lr 0.1, 1] x [client lr 0.01, 0.1], tau = 1e-2, in percent:
+  # the mean of rounds 5 and 10 of (i + r) / 100.
+  index = {p: i for i, p in enumerate(points)}
+  mean = lambda p: 100 * ((index[p] + 5) + (index[p] + 10)) / 2 / 100
+  np.testing.assert_allclose(values, [
+      [mean(sweep.GridPoint(0.01, 0.1, 1e-2)), np.nan],
+      [mean(sweep.GridPoint(0.01, 1.0, 1e-2)),
+       mean(sweep.GridPoint(0.1, 1.0, 1e-2))],
+  ])
+
+
+# --- grids -------------------------------------------------------------------
+
+
+def test_paper_grid_for_adaptive_and_sgd_servers():
+  grid = sweep.paper_grid('digits', 'yogi')
+  assert len(grid) == 8 * 9 * 5
+  assert sorted({round(math.log10(p.client_lr), 6) for p in grid}) == [
+      -3, -2.5, -2, -1.5, -1, -0.5, 0, 0.5]
+  assert sorted({round(math.log10(p.server_lr), 6) for p in grid}) == [
+      -3, -2.5, -2, -1.5, -1, -0.5, 0, 0.5, 1]
+  assert sorted({p.server_tau for p in grid}) == [1e-5, 1e-4, 1e-3, 1e-2,
+                                                  1e-1]
+  assert {p.server_tau for p in sweep.paper_grid('cifar10', 'sgdm')} == {None}
+  ae = sweep.paper_grid('emnist_ae', 'sgd')
+  assert (min(p.client_lr for p in ae), max(p.client_lr for p in ae)) == (
+      pytest.approx(10**-1.5), pytest.approx(100.0))
+  with pytest.raises(ValueError, match=r"^No paper grid for task 'mnist'"):
+    sweep.paper_grid('mnist', 'sgd')
+
+
+@pytest.mark.parametrize('task', sorted(paper_settings.PAPER_LRS))
+def test_paper_grid_holds_every_best_point_of_table_8_and_9(task):
+  """The recalled grids must contain the paper's own best points."""
+  for server_opt, (log_client, log_server) in paper_settings.PAPER_LRS[
+      task].items():
+    grid = sweep.paper_grid(task, server_opt)
+    logs = {(round(math.log10(p.client_lr), 6),
+             round(math.log10(p.server_lr), 6)) for p in grid}
+    assert (log_client, log_server) in logs, (task, server_opt)
+  for server_opt, log_tau in paper_settings.PAPER_LOG10_TAU[task].items():
+    taus = {p.server_tau for p in sweep.paper_grid(task, server_opt)}
+    assert any(math.isclose(t, 10.0**log_tau) for t in taus), (task,
+                                                                server_opt)
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--grid=paper', '--client_lrs=0.1'],
+     '--grid=paper sets the learning rates and taus; drop '
+     '--client_lrs/--server_lrs/--taus, or drop --grid.'),
+    (['--client_lrs=0.1'],
+     'give --grid=paper, or both --client_lrs and --server_lrs.'),
+    (['--client_lrs=0.1,x', '--server_lrs=1'],
+     "--client_lrs=0.1,x: could not convert string to float: 'x'."),
+    (['--client_lrs=0.1,0.1', '--server_lrs=1'],
+     'client_lrs has a repeated value: [0.1, 0.1].'),
+    (['--client_lrs=0.1', '--server_lrs=-1'],
+     'server_lrs must hold positive numbers, got -1.0.'),
+    (['--client_lrs=0.1,0.10001', '--server_lrs=1'],
+     'values closer than 3 significant digits share a point directory '
+     "name: ['clr=0.1_slr=1', 'clr=0.1_slr=1']."),
+    (['--grid=paper', '--train_flag=--client_lr=3'],
+     '--train_flag=--client_lr=3: the sweep sets --client_lr itself; use the '
+     "sweep's own flag."),
+    (['--grid=paper', '--parallel=0'],
+     'flag --parallel=0: 0 is not a positive integer'),
+])
+def test_usage_errors(tmp_path, capsys, args, message):
+  assert _run_main(['--rounds=3', f'--sweep_dir={tmp_path}', *args],
+                   _never) == 2
+  assert capsys.readouterr().err == f'sweep: error: {message}\n'
+
+
+def test_sweep_dir_is_required(capsys):
+  assert _run_main(['--grid=paper'], _never) == 2
+  assert capsys.readouterr().err == 'sweep: error: --sweep_dir is required.\n'

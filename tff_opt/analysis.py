@@ -1,0 +1,198 @@
+"""Reading runs back: the paper's selection rule and the report's numbers.
+
+Shared by `binaries.sweep` and `binaries.report`; pure Python over the
+`metrics.csv` files that `tff_opt.training_loop` writes (one row per round,
+an empty cell where a metric was not measured that round).
+
+Selection rule (Reddi et al., Section 4 and Appendix D.1): among the points
+of a grid, pick the one that minimizes the average training loss over the
+last 100 communication rounds,
+
+    score(point) = mean_{r in (R - 100, R]} train_loss_r,   R = last round.
+
+Choices the paper leaves open, made here (each tested):
+- Window in rounds, not rows: the rows whose round is in (R - W, R]. A run
+  shorter than W rounds averages all its rounds. Metrics measured only on
+  some rounds (evaluation every few rounds) average the rows of the window
+  that have a value; none in the window -> the last value measured.
+- A non-finite training loss in the window (a diverged run) makes the score
+  +inf: such a point can only be selected when every point diverged.
+- Ties (equal scores) go to the most conservative point: the smaller client
+  learning rate, then the smaller server learning rate, then the larger
+  adaptivity tau (a larger tau takes smaller adaptive steps); a point
+  without tau (SGD servers) counts as the largest tau.
+- Only finished points (metrics for every round of the sweep) compete.
+- "Rounds to target": the first round whose value reaches the target,
+  `>= target` for metrics where higher is better (accuracy), `<= target`
+  for losses and errors (names containing `loss`, `error`, `mse`,
+  `perplexity`).
+"""
+
+import csv
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+METRICS_FILE = 'metrics.csv'
+DEFAULT_WINDOW = 100
+_LOWER_IS_BETTER_WORDS = ('loss', 'error', 'mse', 'perplexity')
+
+
+def read_metrics(run_dir: str) -> list[dict[str, Any]]:
+  """Reads `run_dir/metrics.csv`.
+
+  Args:
+    run_dir: A run's output directory.
+
+  Returns:
+    One dict per row: `round` as an int, every other cell as a float, or
+    `None` where the cell is empty or not a number.
+
+  Raises:
+    FileNotFoundError: If the run has no `metrics.csv`.
+  """
+  path = os.path.join(run_dir, METRICS_FILE)
+  rows = []
+  with open(path, newline='') as f:
+    for raw in csv.DictReader(f):
+      row = {}
+      for name, text in raw.items():
+        row[name] = _to_float(text)
+      if row.get('round') is None:
+        continue
+      row['round'] = int(row['round'])
+      rows.append(row)
+  return rows
+
+
+def _to_float(text) -> Optional[float]:
+  if text is None or text == '':
+    return None
+  try:
+    return float(text)
+  except ValueError:
+    return None
+
+
+def lower_is_better(metric: str) -> bool:
+  """Whether a smaller value of `metric` is better (losses, errors)."""
+  name = metric.lower()
+  return any(word in name for word in _LOWER_IS_BETTER_WORDS)
+
+
+def last_round(rows: Sequence[Mapping[str, Any]]) -> int:
+  """The last round logged (0 when there is none)."""
+  return max((int(r['round']) for r in rows), default=0)
+
+
+def window_mean(rows: Sequence[Mapping[str, Any]], metric: str, *,
+                window: int = DEFAULT_WINDOW) -> Optional[float]:
+  """Mean of `metric` over the last `window` rounds.
+
+  Args:
+    rows: Rows of `read_metrics`.
+    metric: A column name.
+    window: Length of the window in rounds, positive.
+
+  Returns:
+    The mean over the rows with round in (R - window, R] that have a value
+    (R = the last round); the last value measured when none of them has one;
+    `inf`/`nan` if a value in the window is not finite (propagated as is);
+    `None` when the metric was never measured.
+
+  Raises:
+    ValueError: If `window` is not positive.
+  """
+  if window < 1:
+    raise ValueError(f'window must be a positive integer, got {window}.')
+  measured = [r for r in rows if r.get(metric) is not None]
+  if not measured:
+    return None
+  end = last_round(rows)
+  inside = [r[metric] for r in measured if int(r['round']) > end - window]
+  if not inside:
+    return measured[-1][metric]
+  return math.fsum(inside) / len(inside)
+
+
+def final_value(rows: Sequence[Mapping[str, Any]],
+                metric: str) -> Optional[float]:
+  """The last measured value of `metric` (`None` if never measured)."""
+  measured = [r for r in rows if r.get(metric) is not None]
+  return measured[-1][metric] if measured else None
+
+
+def rounds_to_target(rows: Sequence[Mapping[str, Any]], metric: str,
+                     target: float) -> Optional[int]:
+  """The first round at which `metric` reaches `target`.
+
+  Args:
+    rows: Rows of `read_metrics`, in round order.
+    metric: A column name; `lower_is_better(metric)` decides the direction.
+    target: The value to reach.
+
+  Returns:
+    The round number, or `None` if the target was never reached.
+  """
+  lower = lower_is_better(metric)
+  for row in sorted(rows, key=lambda r: int(r['round'])):
+    value = row.get(metric)
+    if value is None or not math.isfinite(value):
+      continue
+    if (value <= target) if lower else (value >= target):
+      return int(row['round'])
+  return None
+
+
+def selection_score(rows: Sequence[Mapping[str, Any]], *,
+                    window: int = DEFAULT_WINDOW,
+                    metric: str = 'train_loss') -> float:
+  """The paper's selection score: mean training loss of the last rounds.
+
+  Returns:
+    `window_mean` of `metric`, with `+inf` for a run that never logged it
+    or whose window holds a non-finite value.
+  """
+  value = window_mean(rows, metric, window=window)
+  if value is None or not math.isfinite(value):
+    return math.inf
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One grid point competing in `select_best`.
+
+  Attributes:
+    client_lr: Client learning rate.
+    server_lr: Server learning rate.
+    server_tau: Adaptivity tau, or `None` for servers without one.
+    score: `selection_score` of its run (lower is better).
+  """
+  client_lr: float
+  server_lr: float
+  server_tau: Optional[float]
+  score: float
+
+
+def tie_break_key(candidate: Candidate) -> tuple[float, float, float, float]:
+  """Sort key: score, then client lr, server lr up, then tau down."""
+  tau = math.inf if candidate.server_tau is None else candidate.server_tau
+  return (candidate.score, candidate.client_lr, candidate.server_lr, -tau)
+
+
+def select_best(candidates: Sequence[Candidate]) -> Candidate:
+  """Returns the candidate the paper's rule selects.
+
+  The lowest score wins; ties go to the smaller client learning rate, then
+  the smaller server learning rate, then the larger tau (module docstring).
+
+  Raises:
+    ValueError: If `candidates` is empty.
+  """
+  if not candidates:
+    raise ValueError('candidates must not be empty: no finished grid point '
+                     'to select from.')
+  return min(candidates, key=tie_break_key)
