@@ -138,7 +138,6 @@ def compose(
   merged_type = client_broadcast_type(broadcast_type, client_state_type)
   data_type = client_work.next.type_signature.parameter[2]
   update_type = client_work.next.type_signature.result.result.member.update
-  reads_finalizer = composers._wants_finalizer_state(distributor)  # pylint: disable=protected-access
   bytes_metrics = collections.OrderedDict(
       bytes_server_to_client=np.int64(tff_types.num_bytes(broadcast_type)),
       bytes_client_to_server=np.int64(tff_types.num_bytes(update_type)))
@@ -152,84 +151,33 @@ def compose(
   def new_client_state(merged, update):
     return client_state_update(merged, update)
 
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_zip(
-        tff.learning.templates.LearningAlgorithmState(
-            tff.federated_eval(initial_model_weights_fn, tff.SERVER),
-            distributor.initialize(), client_work.initialize(),
-            aggregator.initialize(), finalizer.initialize()))
-
+  parts = (distributor, client_work, aggregator, finalizer)
+  init_fn = composers.initialize_fn(initial_model_weights_fn, *parts)
   state_type = init_fn.type_signature.result
 
   @tff.federated_computation(
       state_type, data_type,
       tff.FederatedType(client_state_type, tff.CLIENTS))
   def next_fn(state, client_data, client_states):
-    if reads_finalizer:
-      server_value = tff.federated_zip(
-          composers.ServerState(state.global_model_weights, state.finalizer))
-    else:
-      server_value = state.global_model_weights
-    distributor_output = distributor.next(state.distributor, server_value)
-    merged = tff.federated_map(merge,
-                               (distributor_output.result, client_states))
-    client_output = client_work.next(state.client_work, merged, client_data)
+    new_state, metrics, merged, client_output = composers.run_round(
+        state, client_data, *parts,
+        to_clients=lambda broadcast: tff.federated_map(
+            merge, (broadcast, client_states)))
     updated_states = tff.federated_map(
         new_client_state, (merged, client_output.result.update))
-    aggregator_output = aggregator.next(state.aggregator,
-                                        client_output.result.update,
-                                        client_output.result.update_weight)
-    finalizer_output = finalizer.next(state.finalizer,
-                                      state.global_model_weights,
-                                      aggregator_output.result)
-    new_state = tff.federated_zip(
-        tff.learning.templates.LearningAlgorithmState(
-            finalizer_output.result, distributor_output.state,
-            client_output.state, aggregator_output.state,
-            finalizer_output.state))
-    metrics = tff.federated_zip(collections.OrderedDict(
-        distributor=distributor_output.measurements,
-        client_work=client_output.measurements,
-        aggregator=aggregator_output.measurements,
-        finalizer=finalizer_output.measurements,
-        communication=tff.federated_value(bytes_metrics, tff.SERVER)))
-    return (tff.learning.templates.LearningProcessOutput(new_state, metrics),
-            updated_states)
+    metrics['communication'] = tff.federated_value(bytes_metrics, tff.SERVER)
+    return (tff.learning.templates.LearningProcessOutput(
+        new_state, tff.federated_zip(metrics)), updated_states)
 
-  member_type = state_type.member
-
-  @tff.tensorflow.computation(member_type)
-  def get_model_weights(state):
-    return state.global_model_weights
-
-  @tff.tensorflow.computation(member_type, member_type.global_model_weights)
-  def set_model_weights(state, model_weights):
-    return tff.learning.templates.LearningAlgorithmState(
-        model_weights, state.distributor, state.client_work, state.aggregator,
-        state.finalizer)
-
-  @tff.tensorflow.computation(member_type)
-  def get_hparams(state):
-    return collections.OrderedDict(
-        client_work=client_work.get_hparams(state.client_work),
-        finalizer=finalizer.get_hparams(state.finalizer))
-
-  @tff.tensorflow.computation(member_type, get_hparams.type_signature.result)
-  def set_hparams(state, hparams):
-    return tff.learning.templates.LearningAlgorithmState(
-        state.global_model_weights, state.distributor,
-        client_work.set_hparams(state.client_work, hparams['client_work']),
-        state.aggregator,
-        finalizer.set_hparams(state.finalizer, hparams['finalizer']))
-
+  accessors = composers.state_accessors(state_type.member, client_work,
+                                        finalizer)
   return ClientStatefulProcess(
       initialize=init_fn,
       next_computation=next_fn,
-      get_model_weights=get_model_weights,
-      set_model_weights=set_model_weights,
-      get_hparams=get_hparams,
-      set_hparams=set_hparams,
+      get_model_weights=accessors['get_model_weights'],
+      set_model_weights=accessors['set_model_weights'],
+      get_hparams=accessors['get_hparams_fn'],
+      set_hparams=accessors['set_hparams_fn'],
       initial_client_state=initial_client_state,
       client_state_type=client_state_type)
 

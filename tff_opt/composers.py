@@ -23,7 +23,8 @@ behave as for TFF's own algorithms; per-part measurements are reported under
 """
 
 import collections
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, Optional
 
 import tensorflow_federated as tff
 
@@ -82,7 +83,28 @@ def _compose_with_finalizer_state(initial_model_weights_fn, distributor,
   """TFF's composition, with the finalizer's state routed to the distributor."""
   if not aggregator.is_weighted:
     raise TypeError('The aggregator must be weighted.')
-  data_type = client_work.next.type_signature.parameter[2]
+  parts = (distributor, client_work, aggregator, finalizer)
+  init_fn = initialize_fn(initial_model_weights_fn, *parts)
+  state_type = init_fn.type_signature.result
+
+  @tff.federated_computation(state_type,
+                             client_work.next.type_signature.parameter[2])
+  def next_fn(state, client_data):
+    new_state, metrics, _, _ = run_round(state, client_data, *parts)
+    return tff.learning.templates.LearningProcessOutput(
+        new_state, tff.federated_zip(metrics))
+
+  return tff.learning.templates.LearningProcess(
+      init_fn, next_fn, **state_accessors(state_type.member, client_work,
+                                          finalizer))
+
+
+# --- Pieces shared with `client_states.compose` ------------------------------
+
+
+def initialize_fn(initial_model_weights_fn, distributor, client_work,
+                  aggregator, finalizer) -> tff.Computation:
+  """The `initialize` of a composed process: a `LearningAlgorithmState`."""
 
   @tff.federated_computation
   def init_fn():
@@ -92,36 +114,62 @@ def _compose_with_finalizer_state(initial_model_weights_fn, distributor,
             distributor.initialize(), client_work.initialize(),
             aggregator.initialize(), finalizer.initialize()))
 
-  state_type = init_fn.type_signature.result
+  return init_fn
 
-  @tff.federated_computation(state_type, data_type)
-  def next_fn(state, client_data):
-    distributor_output = distributor.next(
-        state.distributor,
-        tff.federated_zip(
-            ServerState(state.global_model_weights, state.finalizer)))
-    client_output = client_work.next(state.client_work,
-                                     distributor_output.result, client_data)
-    aggregator_output = aggregator.next(state.aggregator,
-                                        client_output.result.update,
-                                        client_output.result.update_weight)
-    finalizer_output = finalizer.next(state.finalizer,
-                                      state.global_model_weights,
-                                      aggregator_output.result)
-    new_state = tff.federated_zip(
-        tff.learning.templates.LearningAlgorithmState(
-            finalizer_output.result, distributor_output.state,
-            client_output.state, aggregator_output.state,
-            finalizer_output.state))
-    metrics = tff.federated_zip(
-        collections.OrderedDict(
-            distributor=distributor_output.measurements,
-            client_work=client_output.measurements,
-            aggregator=aggregator_output.measurements,
-            finalizer=finalizer_output.measurements))
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  member_type = state_type.member
+def run_round(state, client_data, distributor, client_work, aggregator,
+              finalizer, *, to_clients: Optional[Callable[[Any], Any]] = None):
+  """One round inside a federated computation, part after part.
+
+  Args:
+    state: The `LearningAlgorithmState` at the server.
+    client_data: The clients' datasets.
+    distributor, client_work, aggregator, finalizer: The parts.
+    to_clients: Optional function of the broadcast (at the clients) giving
+      what the client work receives (e.g. the broadcast plus each client's
+      own state); the broadcast itself when `None`.
+
+  Returns:
+    `(new_state, metrics, client_input, client_output)`: the zipped new
+    state, the per-part measurements as an (unzipped) `OrderedDict`, what
+    the client work received, and its output.
+  """
+  if _wants_finalizer_state(distributor):
+    server_value = tff.federated_zip(
+        ServerState(state.global_model_weights, state.finalizer))
+  else:
+    server_value = state.global_model_weights
+  distributor_output = distributor.next(state.distributor, server_value)
+  client_input = distributor_output.result
+  if to_clients is not None:
+    client_input = to_clients(client_input)
+  client_output = client_work.next(state.client_work, client_input,
+                                   client_data)
+  aggregator_output = aggregator.next(state.aggregator,
+                                      client_output.result.update,
+                                      client_output.result.update_weight)
+  finalizer_output = finalizer.next(state.finalizer,
+                                    state.global_model_weights,
+                                    aggregator_output.result)
+  new_state = tff.federated_zip(
+      tff.learning.templates.LearningAlgorithmState(
+          finalizer_output.result, distributor_output.state,
+          client_output.state, aggregator_output.state,
+          finalizer_output.state))
+  metrics = collections.OrderedDict(
+      distributor=distributor_output.measurements,
+      client_work=client_output.measurements,
+      aggregator=aggregator_output.measurements,
+      finalizer=finalizer_output.measurements)
+  return new_state, metrics, client_input, client_output
+
+
+def state_accessors(member_type, client_work, finalizer) -> dict:
+  """`get/set_model_weights`, `get/set_hparams_fn` of a composed state.
+
+  Keyword arguments of `tff.learning.templates.LearningProcess`, reading
+  and writing a `LearningAlgorithmState` of type `member_type`.
+  """
 
   @tff.tensorflow.computation(member_type)
   def get_model_weights(state):
@@ -147,10 +195,8 @@ def _compose_with_finalizer_state(initial_model_weights_fn, distributor,
         state.aggregator,
         finalizer.set_hparams(state.finalizer, hparams['finalizer']))
 
-  return tff.learning.templates.LearningProcess(
-      init_fn,
-      next_fn,
-      get_model_weights,
-      set_model_weights,
+  return dict(
+      get_model_weights=get_model_weights,
+      set_model_weights=set_model_weights,
       get_hparams_fn=get_hparams,
       set_hparams_fn=set_hparams)
