@@ -16,6 +16,10 @@ oov 87, bos 88, eos 89 = 90 tokens.
 Model (TFF's, the paper's Table 5): embedding 90x8 (720) -> LSTM 256
 (271,360) -> LSTM 256 (525,312) -> dense 90 (23,130) = 820,522 parameters,
 logits; loss: sparse categorical cross-entropy on all 80 positions (as TFF).
+Options `embedding_dim` (8), `lstm_units` (256) and `lstm_layers` (2) size
+it; their defaults give the paper's model, layer for layer TFF's
+`create_recurrent_model` (he-normal LSTM kernels, masked pad embedding).
+Smaller models are for fast tests only (`tests/test_shakespeare_learns.py`).
 
 Metric: `accuracy` over target positions that are not padding (TFF's
 `MaskedCategoricalAccuracy(masked_tokens=[0])`; the paper: "accuracy"),
@@ -32,7 +36,6 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines import keras_metrics
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
 from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_preprocessing
 
 from tasks import data_errors
@@ -41,15 +44,37 @@ SQLITE_FILE = 'shakespeare.sqlite'
 CHAR_VOCAB = tuple(char_prediction_preprocessing.CHAR_VOCAB)
 PAD, OOV, BOS, EOS = char_prediction_preprocessing.get_special_tokens()
 VOCAB_SIZE = len(CHAR_VOCAB) + 4  # 90
-DEFAULT_OPTIONS = {'sequence_length': 80}
+DEFAULT_OPTIONS = {'sequence_length': 80, 'embedding_dim': 8,
+                   'lstm_units': 256, 'lstm_layers': 2}
 DEFAULT_EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
     num_epochs=1, batch_size=32, shuffle_buffer_size=1)
 
 
-def create_model(sequence_length: int = 80) -> tf.keras.Model:
-  """The paper's character LSTM (Table 5): 820,522 parameters, logits."""
-  return char_prediction_models.create_recurrent_model(
-      vocab_size=VOCAB_SIZE, sequence_length=sequence_length)
+def create_model(sequence_length: int = 80, *, embedding_dim: int = 8,
+                 lstm_units: int = 256, lstm_layers: int = 2
+                 ) -> tf.keras.Model:
+  """The character LSTM; defaults: the paper's (Table 5), 820,522 parameters.
+
+  Args:
+    sequence_length: Length of the input sequences.
+    embedding_dim: Width of the character embedding (pad id 0 masked).
+    lstm_units: Units of each LSTM layer.
+    lstm_layers: Number of stacked LSTM layers.
+
+  Returns:
+    An uncompiled `tf.keras.Model` mapping `[batch, sequence_length]` ids to
+    `[batch, sequence_length, 90]` logits.
+  """
+  model = tf.keras.Sequential()
+  model.add(tf.keras.layers.Embedding(
+      input_dim=VOCAB_SIZE, output_dim=embedding_dim,
+      input_length=sequence_length, mask_zero=True))
+  for _ in range(lstm_layers):
+    model.add(tf.keras.layers.LSTM(
+        units=lstm_units, kernel_initializer='he_normal',
+        return_sequences=True, stateful=False))
+  model.add(tf.keras.layers.Dense(VOCAB_SIZE))
+  return model
 
 
 def create_preprocess_fn(spec: tff.simulation.baselines.ClientSpec,
@@ -96,24 +121,31 @@ def create_shakespeare_task(
     data_dir: Directory holding `shakespeare.sqlite`; default `~/.tff`.
     use_synthetic_data: Use TFF's synthetic Shakespeare (no files).
     seed: Unused.
-    **options: `sequence_length` (default 80).
+    **options: `sequence_length` (default 80), `embedding_dim` (8),
+      `lstm_units` (256), `lstm_layers` (2).
 
   Returns:
     A `BaselineTask` whose model reports `loss`, `accuracy`, `num_tokens`.
 
   Raises:
-    ValueError: If an option is unknown or `sequence_length < 1`.
+    ValueError: If an option is unknown or `sequence_length`,
+      `embedding_dim`, `lstm_units` or `lstm_layers` is below 1.
     data_errors.MissingDataError: If the SQLite file is missing.
   """
   del seed
   unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
   if unknown:
     raise ValueError(f'Unknown option {unknown[0]!r} for task '
-                     "'shakespeare'; known options: sequence_length")
-  sequence_length = {**DEFAULT_OPTIONS, **options}['sequence_length']
-  if sequence_length < 1:
-    raise ValueError(
-        f'sequence_length must be at least 1, got {sequence_length!r}.')
+                     "'shakespeare'; known options: "
+                     f'{", ".join(sorted(DEFAULT_OPTIONS))}')
+  opts = {**DEFAULT_OPTIONS, **options}
+  for name in ('sequence_length', 'embedding_dim', 'lstm_units',
+               'lstm_layers'):
+    if opts[name] < 1:
+      raise ValueError(f'{name} must be at least 1, got {opts[name]!r}.')
+  sequence_length = opts['sequence_length']
+  model_options = {k: opts[k] for k in ('embedding_dim', 'lstm_units',
+                                        'lstm_layers')}
   train_data, test_data = load_shakespeare(data_dir, use_synthetic_data)
   task_datasets = tff.simulation.baselines.BaselineTaskDatasets(
       train_data=train_data,
@@ -128,7 +160,7 @@ def create_shakespeare_task(
 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
-        keras_model=create_model(sequence_length),
+        keras_model=create_model(sequence_length, **model_options),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=input_spec,
         metrics=[

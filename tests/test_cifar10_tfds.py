@@ -1,0 +1,103 @@
+"""`cifar10` read through the real TFDS code path, offline (GitHub issue 3).
+
+TFDS cannot download here, and `tfds.testing.mock_data` replaces the reading
+code itself (and, in TFDS 4.9.3, aborts the process on `batch_size=-1`, which
+`tasks/cifar.py` uses). Instead, TFDS writes a genuine prepared `cifar10`
+(`<data_dir>/cifar10/3.0.2/`: TFRecord shards, `dataset_info.json`,
+`features.json`) with `tfds.dataset_builders.store_as_tfds_dataset`, from a
+few random images with the registered builder's name, version and features;
+`tasks.create_task('cifar10', data_dir=...)` then loads it with TFDS's own
+registered `Cifar10` builder (`tfds.load(..., download=False)`), as it would
+a copy prepared on a machine with internet access.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+import tensorflow_federated as tff
+
+import tasks
+from tasks import cifar
+from tasks import data_errors
+
+NUM_TRAIN, NUM_TEST = 120, 60
+SPEC = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=5,
+                                           shuffle_buffer_size=1)
+
+
+def _images(seed, n):
+  rng = np.random.default_rng(seed)
+  return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+          (np.arange(n) % 10).astype(np.int64))
+
+
+def _pairs(images, labels):
+  """Multiset of (image bytes, label), order-free (TFDS shuffles on write)."""
+  return sorted((x.tobytes(), int(y)) for x, y in zip(images, labels))
+
+
+@pytest.fixture(scope='module')
+def tfds_dir(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp('tfds'))
+  builder_cls = tfds.builder_cls('cifar10')
+  features = tfds.features.FeaturesDict({
+      'id': tfds.features.Text(),
+      'image': tfds.features.Image(shape=(32, 32, 3)),
+      'label': tfds.features.ClassLabel(num_classes=10),
+  })
+  splits = {}
+  for split, (seed, n) in {'train': (1, NUM_TRAIN),
+                           'test': (2, NUM_TEST)}.items():
+    images, labels = _images(seed, n)
+    splits[split] = tf.data.Dataset.from_tensor_slices({
+        'id': [f'{split}_{i}' for i in range(n)], 'image': images,
+        'label': labels})
+  tfds.dataset_builders.store_as_tfds_dataset(
+      name='cifar10', version=str(builder_cls.VERSION), features=features,
+      split_datasets=splits, data_dir=root)
+  return root
+
+
+def test_loader_reads_tfds_files_exactly(tfds_dir):
+  assert isinstance(tfds.builder('cifar10', data_dir=tfds_dir),
+                    tfds.builder_cls('cifar10'))
+  (train_x, train_y), (test_x, test_y) = cifar.load_cifar10_arrays(
+      tfds_dir, use_synthetic_data=False)
+  assert train_x.dtype == np.uint8 and train_y.dtype == np.int64
+  assert _pairs(train_x, train_y) == _pairs(*_images(1, NUM_TRAIN))
+  assert _pairs(test_x, test_y) == _pairs(*_images(2, NUM_TEST))
+
+
+def test_task_partitions_tfds_cifar10_into_disjoint_clients(tfds_dir):
+  task = tasks.create_task(
+      'cifar10', train_client_spec=SPEC, eval_client_spec=SPEC,
+      data_dir=tfds_dir, seed=5, num_clients=4, num_test_clients=2,
+      examples_per_client=25, alpha=0.5)
+  images, labels = _images(1, NUM_TRAIN)
+  written = {x.tobytes(): int(y) for x, y in zip(images, labels)}
+  train = task.datasets.train_data
+  assert sorted(train.client_ids) == ['train_0', 'train_1', 'train_2',
+                                      'train_3']
+  seen = set()
+  for cid in train.client_ids:
+    elements = list(train.create_tf_dataset_for_client(cid))
+    assert len(elements) == 25
+    for e in elements:
+      key = e['image'].numpy().tobytes()
+      assert written[key] == int(e['label'])  # a written image, its label
+      assert key not in seen  # sampled without replacement
+      seen.add(key)
+  assert sorted(task.datasets.test_data.client_ids) == ['test_0', 'test_1']
+  x, y = next(iter(task.datasets.eval_preprocess_fn(
+      task.datasets.test_data.create_tf_dataset_for_client('test_0'))))
+  assert x.shape == (5, 24, 24, 3) and y.shape == (5,)
+  np.testing.assert_allclose(np.mean(x[0]), 0.0, atol=1e-4)
+
+
+def test_missing_tfds_dir_names_path_and_remedy(tmp_path):
+  with pytest.raises(data_errors.MissingDataError,
+                     match=r"^task 'cifar10' needs .*/cifar10/<version>/"
+                     r'dataset_info.json, which does not exist'):
+    tasks.create_task('cifar10', train_client_spec=SPEC,
+                      data_dir=str(tmp_path))
