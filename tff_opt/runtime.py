@@ -77,13 +77,37 @@ def _release_contexts() -> None:
 
 
 def shutdown() -> None:
-  """Releases TFF's execution contexts, then stops any worker left.
+  """Stops this process's workers, then releases TFF's execution contexts.
 
   Runs at exit by itself; call it to end TFF's runtime earlier (a test
   session's teardown). A later computation needs a new context.
+
+  The workers are stopped first, with a bounded wait (SIGINT, then SIGKILL
+  after a few seconds): TFF's own clean-up sends SIGINT and then waits
+  without a limit, which never returns if a worker ignores the signal.
   """
-  _release_contexts()
   stop_worker_processes()
+  _release_contexts()
+
+
+def _quiet_stopped_worker_hook(previous):
+  """An unraisable-exception hook that drops one known, harmless report.
+
+  When a context is released after its worker was stopped here, TFF's
+  service manager `__del__` tries to signal the (gone) process and raises
+  `ProcessLookupError` (or, at interpreter teardown, `AttributeError`),
+  which Python prints as "Exception ignored ... Traceback". Anything else
+  goes to the previous hook.
+  """
+
+  def hook(unraisable):
+    where = getattr(unraisable.object, '__qualname__', '')
+    if 'ServiceManager.__del__' in where and isinstance(
+        unraisable.exc_value, (ProcessLookupError, AttributeError)):
+      return
+    previous(unraisable)
+
+  return hook
 
 
 def _exit_on_signal(signum, frame):
@@ -97,6 +121,7 @@ def _install_hooks() -> None:
     if _hooks_installed:
       return
     atexit.register(shutdown)
+    sys.unraisablehook = _quiet_stopped_worker_hook(sys.unraisablehook)
     if threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
@@ -106,6 +131,9 @@ def _install_hooks() -> None:
 
 def set_local_execution_context(max_concurrent_clients: int | None = None):
   """Installs TFF's local C++ execution context with worker clean-up.
+
+  The context replaces the current one; the workers this process started
+  are stopped first.
 
   Args:
     max_concurrent_clients: At most this many client computations run at
@@ -118,6 +146,9 @@ def set_local_execution_context(max_concurrent_clients: int | None = None):
     raise ValueError('max_concurrent_clients must be a positive integer or '
                      f'None, got {max_concurrent_clients!r}.')
   _install_hooks()
+  # Stop the replaced context's worker ourselves, with a bounded wait (see
+  # `shutdown`), before TFF releases that context.
+  stop_worker_processes()
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=(max_concurrent_clients or -1))
 
