@@ -20,6 +20,7 @@ and continues the same `metrics.csv`; `--rounds` may be raised to train on.
 A directory made with other settings is refused, never overwritten.
 """
 
+import ast
 import contextlib
 import datetime
 import json
@@ -56,6 +57,11 @@ flags.DEFINE_enum('algorithm', 'fedopt', list(registry.ALGORITHMS),
                   'Federated algorithm: ' + '; '.join(
                       f'{a.name}: {a.summary}'
                       for a in registry.ALGORITHMS.values()))
+flags.DEFINE_multi_string('task_option', [],
+                          'A task option as NAME=VALUE (repeatable), e.g. '
+                          '--task_option=alpha=0.1 for digits or '
+                          '--task_option=num_clients=50 for cifar10; '
+                          'tasks.task_options(name) lists each task\'s.')
 flags.DEFINE_string('data_dir', None,
                     'Where the task looks for its dataset files (the cache '
                     'directory of TFF / TFDS loaders).')
@@ -205,6 +211,29 @@ class UsageError(Exception):
   """A bad flag or a bad output directory: reported in one line."""
 
 
+def parse_task_options(items: list[str]) -> dict:
+  """`['alpha=0.1', 'num_clients=50']` -> `{'alpha': 0.1, 'num_clients': 50}`.
+
+  Values are Python literals (numbers, booleans, strings in quotes); any
+  other text is kept as a string.
+
+  Raises:
+    UsageError: If an item is not NAME=VALUE or a name repeats.
+  """
+  options = {}
+  for item in items:
+    name, sep, text = item.partition('=')
+    if not sep or not name:
+      raise UsageError(f'--task_option={item}: expected NAME=VALUE.')
+    if name in options:
+      raise UsageError(f'--task_option: {name} is given twice.')
+    try:
+      options[name] = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      options[name] = text
+  return dict(sorted(options.items()))
+
+
 def resolve_hparams() -> dict:
   """Returns every setting of the run: flags, then the task's defaults."""
   defaults = tasks.task_defaults(FLAGS.task)
@@ -218,6 +247,7 @@ def resolve_hparams() -> dict:
       'task': FLAGS.task,
       'algorithm': FLAGS.algorithm,
       'data_dir': FLAGS.data_dir,
+      'task_options': parse_task_options(FLAGS.task_option),
       'server_opt': pick('server_opt', 'server_optimizer'),
       'server_lr': pick('server_lr'),
       'server_tau': pick('server_tau'),
@@ -339,9 +369,12 @@ def run(hparams: dict) -> None:
         eval_client_spec=tff.simulation.baselines.ClientSpec(
             num_epochs=1, batch_size=max(hparams['client_batch_size'], 128)),
         data_dir=hparams['data_dir'],
-        seed=hparams['seed'])
+        seed=hparams['seed'],
+        **hparams['task_options'])
   except data_errors.MissingDataError as e:
     raise UsageError(str(e)) from e
+  except ValueError as e:
+    raise UsageError(f'--task={hparams["task"]}: {e}') from e
   train_data = task.datasets.train_data
   client_ids = sorted(train_data.client_ids)
   if hparams['clients_per_round'] > len(client_ids):
@@ -399,7 +432,7 @@ def run(hparams: dict) -> None:
         'num_test_clients': len(task.datasets.test_data.client_ids),
         'partition': tasks.describe_task_data(
             hparams['task'], data_dir=hparams['data_dir'],
-            seed=hparams['seed']),
+            seed=hparams['seed'], **hparams['task_options']),
     })
   else:
     write_hparams(hparams, _saved_extras(hparams))
@@ -514,7 +547,8 @@ def _personalize(hparams, client_optimizer, model_weights) -> None:
       eval_client_spec=tff.simulation.baselines.ClientSpec(
           num_epochs=1, batch_size=128, shuffle_buffer_size=1),
       data_dir=hparams['data_dir'],
-      seed=hparams['seed'])
+      seed=hparams['seed'],
+      **hparams['task_options'])
   test_data = task.datasets.test_data
   client_ids = sorted(test_data.client_ids)
   if FLAGS.personalize_clients is not None:

@@ -11,6 +11,10 @@ registered `Cifar10` builder (`tfds.load(..., download=False)`), as it would
 a copy prepared on a machine with internet access.
 """
 
+import csv
+import json
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -101,3 +105,28 @@ def test_missing_tfds_dir_names_path_and_remedy(tmp_path):
                      r'dataset_info.json, which does not exist'):
     tasks.create_task('cifar10', train_client_spec=SPEC,
                       data_dir=str(tmp_path))
+
+
+def test_binary_trains_cifar10_from_tfds_files(tfds_dir, tmp_path):
+  """The paper's cifar10 task, one round in the binary, on TFDS's files."""
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  output_dir = str(tmp_path / 'run')
+  train.FLAGS.unparse_flags()
+  train.FLAGS(['train', '--task=cifar10', f'--data_dir={tfds_dir}',
+               '--task_option=num_clients=4', '--task_option=num_test_clients=2',
+               '--task_option=examples_per_client=25', '--rounds=1',
+               '--clients_per_round=2', '--server_opt=sgd', '--server_lr=1',
+               '--client_lr=0.01', f'--output_dir={output_dir}'])
+  train.main(['train'])
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert [r['round'] for r in rows] == ['1']
+  assert np.isfinite(float(rows[0]['train_loss']))
+  assert 0.0 <= float(rows[0]['eval_accuracy']) <= 1.0
+  # 2 clients x 25 examples, one epoch.
+  assert float(rows[0]['train_num_examples']) == 50
+  with open(os.path.join(output_dir, 'hparams.json')) as f:
+    hparams = json.load(f)
+  assert hparams['task_options'] == {'examples_per_client': 25,
+                                     'num_clients': 4, 'num_test_clients': 2}
+  assert hparams['num_train_clients'] == 4

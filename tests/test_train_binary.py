@@ -176,6 +176,30 @@ def test_bad_schedule_flag_names_the_flag(tmp_path, capsys):
       '(0, 1], got 2.0.\n')
 
 
+def test_task_options_reach_the_task_and_hparams(tmp_path):
+  output_dir = str(tmp_path / 'run')
+  assert _run(*FAST, '--rounds=1', '--task_option=alpha=1000',
+              '--task_option=num_clients=40', f'--output_dir={output_dir}') == 0
+  with open(os.path.join(output_dir, 'hparams.json')) as f:
+    hparams = json.load(f)
+  assert hparams['task_options'] == {'alpha': 1000, 'num_clients': 40}
+  assert hparams['num_train_clients'] == 40
+  # alpha = 1000 is close to IID: label entropy near log(10) = 2.30.
+  assert hparams['partition']['train']['mean_label_entropy'] > 1.7
+
+
+@pytest.mark.parametrize('option, message', [
+    ('nope=1', "--task=digits: Unknown option 'nope' for task 'digits'; "
+     'known options: alpha, num_clients, num_test_clients, test_fraction'),
+    ('alpha', '--task_option=alpha: expected NAME=VALUE.'),
+])
+def test_bad_task_option_is_one_line_error(option, message, tmp_path, capsys):
+  output_dir = str(tmp_path / 'run')
+  assert _run(*FAST, '--rounds=1', f'--task_option={option}',
+              f'--output_dir={output_dir}') == 2
+  assert capsys.readouterr().err == f'train: error: {message}\n'
+
+
 def test_command_line_error_has_no_traceback_and_leaves_no_worker():
   result = subprocess.run(
       [sys.executable, '-m', 'binaries.train', '--task=nope'],
