@@ -109,15 +109,14 @@ def test_missing_tfds_dir_names_path_and_remedy(tmp_path):
 
 def test_binary_trains_cifar10_from_tfds_files(tfds_dir, tmp_path):
   """The paper's cifar10 task, one round in the binary, on TFDS's files."""
-  from binaries import train  # pylint: disable=g-import-not-at-top
+  from tests import binary  # pylint: disable=g-import-not-at-top
   output_dir = str(tmp_path / 'run')
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', '--task=cifar10', f'--data_dir={tfds_dir}',
-               '--task_option=num_clients=4', '--task_option=num_test_clients=2',
-               '--task_option=examples_per_client=25', '--rounds=1',
-               '--clients_per_round=2', '--server_opt=sgd', '--server_lr=1',
-               '--client_lr=0.01', f'--output_dir={output_dir}'])
-  train.main(['train'])
+  assert binary.run_train(
+      '--task=cifar10', f'--data_dir={tfds_dir}',
+      '--task_option=num_clients=4', '--task_option=num_test_clients=2',
+      '--task_option=examples_per_client=25', '--rounds=1',
+      '--clients_per_round=2', '--server_opt=sgd', '--server_lr=1',
+      '--client_lr=0.01', f'--output_dir={output_dir}') == 0
   with open(os.path.join(output_dir, 'metrics.csv')) as f:
     rows = list(csv.DictReader(f))
   assert [r['round'] for r in rows] == ['1']

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import binary
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt import schedules
@@ -247,15 +248,7 @@ BINARY_FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
                '--rounds=2', '--client_opt=sgd']
 
 
-def _run_binary(*args):
-  from binaries import train  # pylint: disable=g-import-not-at-top
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', *args])
-  try:
-    train.main(['train'])
-  except SystemExit as e:
-    return e.code
-  return 0
+_run_binary = binary.run_train
 
 
 @pytest.mark.parametrize('algorithm, extra, recorded', [

@@ -31,17 +31,6 @@ def fed_for():
   return _build(ALPHA)
 
 
-def _run(process, clients, rounds=ROUNDS):
-  state = tiny.set_weights(process, process.initialize(),
-                           tiny.initial_weights())
-  outputs = []
-  for _ in range(rounds):
-    outputs.append(process.next(
-        state, tiny.full_batch_datasets(clients, LOCAL_STEPS)))
-    state = outputs[-1].state
-  return state, outputs
-
-
 def numpy_fed_for(clients, alpha, rounds=ROUNDS):
   """FedFOR in NumPy: gradient (alpha/eta) d_i where d_i (w_i - w_t,i) > 0."""
   w = [t.astype(np.float64) for t in tiny.initial_weights()]
@@ -65,7 +54,8 @@ def numpy_fed_for(clients, alpha, rounds=ROUNDS):
 
 def test_matches_numpy_fed_for(fed_for):
   clients = tiny.make_clients()
-  state, outputs = _run(fed_for, clients)
+  state, outputs = tiny.run_rounds(fed_for, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
   expected = numpy_fed_for(clients, ALPHA)
   for got, want in zip(tiny.trainable(fed_for, state), expected):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -79,7 +69,8 @@ def test_matches_numpy_fed_for(fed_for):
 
 def test_first_round_is_fed_avg(fed_for):
   clients = tiny.make_clients(seed=2)
-  state, _ = _run(fed_for, clients, rounds=1)
+  state, _ = tiny.run_rounds(fed_for, clients,
+      rounds=1, local_steps=LOCAL_STEPS)
   for got, want in zip(tiny.trainable(fed_for, state),
                        numpy_fed_for(clients, 0.0, rounds=1)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -88,7 +79,8 @@ def test_first_round_is_fed_avg(fed_for):
 def test_alpha_zero_is_fed_avg():
   process = _build(0.0)
   clients = tiny.make_clients(seed=2)
-  state, _ = _run(process, clients)
+  state, _ = tiny.run_rounds(process, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
   for got, want in zip(tiny.trainable(process, state),
                        numpy_fed_for(clients, 0.0)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

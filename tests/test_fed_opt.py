@@ -27,14 +27,8 @@ def fed_avg():
 
 
 def _run(process, clients, rounds=ROUNDS, local_steps=LOCAL_STEPS):
-  state = tiny.set_weights(process, process.initialize(),
-                           tiny.initial_weights())
-  outputs = []
-  for _ in range(rounds):
-    output = process.next(state, tiny.full_batch_datasets(clients, local_steps))
-    state = output.state
-    outputs.append(output)
-  return state, outputs
+  return tiny.run_rounds(process, clients, rounds=rounds,
+                         local_steps=local_steps)
 
 
 def _numpy_fed_avg(clients, *, rounds=ROUNDS, lr=CLIENT_LR, uniform=False,

@@ -13,6 +13,11 @@ MU = 0.5
 CLIENT_LR = 0.1
 LOCAL_STEPS = 3
 ROUNDS = 3
+
+
+def _numpy_fed_prox(clients, mu):
+  return tiny.numpy_fed_prox(clients, mu, rounds=ROUNDS, lr=CLIENT_LR,
+                             local_steps=LOCAL_STEPS)
 MODEL_BYTES = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
 
 
@@ -27,39 +32,15 @@ def fed_prox():
       server_optimizer_fn=_sgd(1.0))
 
 
-def _run(process, clients, rounds=ROUNDS):
-  state = tiny.set_weights(process, process.initialize(),
-                           tiny.initial_weights())
-  outputs = []
-  for _ in range(rounds):
-    outputs.append(process.next(
-        state, tiny.full_batch_datasets(clients, LOCAL_STEPS)))
-    state = outputs[-1].state
-  return state, outputs
-
-
-def numpy_fed_prox(clients, mu, rounds=ROUNDS):
-  """FedProx in NumPy: local gradient g + mu (w - w_t), example weighting."""
-  w = [t.astype(np.float64) for t in tiny.initial_weights()]
-  for _ in range(rounds):
-    finals = [
-        tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS,
-                       extra_grad=lambda v, w=w: [mu * (a - b)
-                                                  for a, b in zip(v, w)])
-        for x, y in clients
-    ]
-    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
-  return w
-
-
 def test_matches_numpy_fed_prox(fed_prox):
   clients = tiny.make_clients()
-  state, outputs = _run(fed_prox, clients)
-  expected = numpy_fed_prox(clients, MU)
+  state, outputs = tiny.run_rounds(fed_prox, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
+  expected = _numpy_fed_prox(clients, MU)
   for got, want in zip(tiny.trainable(fed_prox, state), expected):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   # The proximal term did act: FedAvg (mu = 0) ends elsewhere.
-  fed_avg = numpy_fed_prox(clients, 0.0)
+  fed_avg = _numpy_fed_prox(clients, 0.0)
   assert np.abs(expected[0] - fed_avg[0]).max() > 1e-3
   assert outputs[-1].metrics['communication'] == {
       'bytes_server_to_client': MODEL_BYTES,
@@ -76,9 +57,11 @@ def test_sign_of_proximal_term_is_textbook_not_tff_0_87(fed_prox):
   tff_process = tff.learning.algorithms.build_weighted_fed_prox(
       tiny.model_fn, proximal_strength=MU,
       client_optimizer_fn=_sgd(CLIENT_LR), server_optimizer_fn=_sgd(1.0))
-  theirs, _ = _run(tff_process, clients)
-  ours, _ = _run(fed_prox, clients)
-  plus, minus = numpy_fed_prox(clients, MU), numpy_fed_prox(clients, -MU)
+  theirs, _ = tiny.run_rounds(tff_process, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
+  ours, _ = tiny.run_rounds(fed_prox, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
+  plus, minus = _numpy_fed_prox(clients, MU), _numpy_fed_prox(clients, -MU)
   for got, want in zip(tiny.trainable(fed_prox, ours), plus):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   for got, want in zip(tiny.trainable(tff_process, theirs), minus):

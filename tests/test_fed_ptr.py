@@ -15,6 +15,11 @@ LOCAL_STEPS = 4
 ROUNDS = 3
 
 
+def _numpy_fed_prox(clients, mu):
+  return tiny.numpy_fed_prox(clients, mu, rounds=ROUNDS, lr=CLIENT_LR,
+                             local_steps=LOCAL_STEPS)
+
+
 def _sgd(lr):
   return tff.learning.optimizers.build_sgdm(learning_rate=lr)
 
@@ -28,37 +33,13 @@ def _build(mu, **kwargs):
       server_optimizer_fn=_sgd(1.0), **settings)
 
 
-def _run(process, clients, rounds=ROUNDS):
-  state = tiny.set_weights(process, process.initialize(),
-                           tiny.initial_weights())
-  outputs = []
-  for _ in range(rounds):
-    outputs.append(process.next(
-        state, tiny.full_batch_datasets(clients, LOCAL_STEPS)))
-    state = outputs[-1].state
-  return state, outputs
-
-
-def numpy_fed_prox(clients, mu, rounds=ROUNDS):
-  """FedProx toward w_t in NumPy (mu = 0: FedAvg)."""
-  w = [t.astype(np.float64) for t in tiny.initial_weights()]
-  for _ in range(rounds):
-    finals = [
-        tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS,
-                       extra_grad=lambda v, w=w: [mu * (a - b)
-                                                  for a, b in zip(v, w)])
-        for x, y in clients
-    ]
-    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
-  return w
-
-
 def test_mu_zero_is_fed_avg_with_mtt_running():
   process = _build(0.0)
   clients = tiny.make_clients()
-  state, outputs = _run(process, clients)
+  state, outputs = tiny.run_rounds(process, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
   for got, want in zip(tiny.trainable(process, state),
-                       numpy_fed_prox(clients, 0.0)):
+                       _numpy_fed_prox(clients, 0.0)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   ran = [int(o.metrics['distributor']['mtt_ran']) for o in outputs]
   assert ran == [0, 1, 1]  # No w_{t-1} in round 1.
@@ -72,11 +53,12 @@ def test_mu_zero_is_fed_avg_with_mtt_running():
 def test_no_projection_constant_mu_is_fed_prox_toward_w_t():
   process = _build(MU, projection_steps=0, layer_adaptive=False)
   clients = tiny.make_clients(seed=2)
-  state, outputs = _run(process, clients)
-  expected = numpy_fed_prox(clients, MU)
+  state, outputs = tiny.run_rounds(process, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
+  expected = _numpy_fed_prox(clients, MU)
   for got, want in zip(tiny.trainable(process, state), expected):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-  fed_avg = numpy_fed_prox(clients, 0.0)
+  fed_avg = _numpy_fed_prox(clients, 0.0)
   assert np.abs(expected[0] - fed_avg[0]).max() > 1e-3  # mu acted.
   model_bytes = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
   assert outputs[-1].metrics['communication'] == {
@@ -129,19 +111,14 @@ def test_rejects_bad_hyper_parameters():
 def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
   import csv  # pylint: disable=g-import-not-at-top
   import json  # pylint: disable=g-import-not-at-top
-  from binaries import train  # pylint: disable=g-import-not-at-top
+  from tests import binary  # pylint: disable=g-import-not-at-top
   output_dir = str(tmp_path / 'run')
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', '--task=digits', '--algorithm=fedptr_s', '--mu=0.01',
-               '--images_per_class=1', '--mtt_outer_steps=2',
-               '--mtt_inner_steps=2', '--projection_steps=2',
-               '--clients_per_round=3', '--client_epochs=1', '--rounds=2',
-               '--eval_every=2', '--seed=1', '--server_opt=sgd',
-               '--server_lr=1.0', f'--output_dir={output_dir}'])
-  try:
-    train.main(['train'])
-  finally:
-    train.FLAGS.unparse_flags()
+  assert binary.run_train(
+      '--task=digits', '--algorithm=fedptr_s', '--mu=0.01',
+      '--images_per_class=1', '--mtt_outer_steps=2', '--mtt_inner_steps=2',
+      '--projection_steps=2', '--clients_per_round=3', '--client_epochs=1',
+      '--rounds=2', '--eval_every=2', '--seed=1', '--server_opt=sgd',
+      '--server_lr=1.0', f'--output_dir={output_dir}') == 0
   with open(f'{output_dir}/metrics.csv') as f:
     rows = list(csv.DictReader(f))
   with open(f'{output_dir}/hparams.json') as f:
@@ -161,7 +138,8 @@ def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
 def test_diverging_mtt_is_rejected_and_keeps_the_synthetic_set():
   process = _build(MU, mtt_image_lr=1e30, mtt_init_lr=0.1)
   clients = tiny.make_clients(seed=4)
-  state, outputs = _run(process, clients)
+  state, outputs = tiny.run_rounds(process, clients,
+      rounds=ROUNDS, local_steps=LOCAL_STEPS)
   rejected = [int(o.metrics['distributor']['mtt_rejected']) for o in outputs]
   assert rejected == [0, 1, 1]
   assert [float(o.metrics['distributor']['synthetic_lr'])
@@ -177,7 +155,8 @@ def test_diverging_mtt_is_rejected_and_keeps_the_synthetic_set():
 ])
 def test_update_every_schedules_mtt(update_every, expected_ran):
   process = _build(MU, update_every=update_every, mtt_outer_steps=1)
-  _, outputs = _run(process, tiny.make_clients(), rounds=4)
+  _, outputs = tiny.run_rounds(process, tiny.make_clients(), rounds=4,
+                                 local_steps=LOCAL_STEPS)
   assert [int(o.metrics['distributor']['mtt_ran'])
           for o in outputs] == expected_ran
   lrs = [float(o.metrics['distributor']['synthetic_lr']) for o in outputs]

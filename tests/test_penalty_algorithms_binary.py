@@ -13,6 +13,7 @@ import pytest
 from absl import flags
 
 from binaries import train
+from tests import binary
 
 FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
         '--rounds=2', '--eval_every=2', '--seed=1', '--server_opt=sgd',
@@ -25,14 +26,7 @@ RUNS = {
 }
 
 
-def _run(*args):
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', *args])
-  try:
-    train.main(['train'])
-  except SystemExit as e:
-    return e.code
-  return 0
+_run = binary.run_train
 
 
 @pytest.fixture(scope='module')

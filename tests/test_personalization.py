@@ -19,6 +19,7 @@ from absl import flags
 import tasks
 from binaries import train
 from tasks import models as task_models
+from tests import binary
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt import personalization
@@ -351,16 +352,7 @@ SUMMARY_KEYS = {'mean', 'median', 'p10', 'p25', 'p75', 'p90', 'min', 'max',
                 'num_clients'}
 
 
-def _run(*args):
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', *args])
-  try:
-    train.main(['train'])
-  except SystemExit as e:
-    return e.code
-  finally:
-    train.FLAGS.unparse_flags()
-  return 0
+_run = binary.run_train
 
 
 def test_binary_writes_personalization_json(tmp_path):

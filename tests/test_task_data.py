@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
-from binaries import train
+from tests import binary
 from tasks import data_errors
 from tasks import shakespeare
 from tasks import sqlite_data
@@ -243,14 +243,7 @@ def test_paper_defaults_follow_tables_8_and_9():
 # --- The binary, one round per task ------------------------------------------
 
 
-def _run(*args):
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', *args])
-  try:
-    train.main(['train'])
-  except SystemExit as e:
-    return e.code
-  return 0
+_run = binary.run_train
 
 
 @pytest.mark.parametrize('task', ['emnist_cr', 'emnist_ae', 'shakespeare',

@@ -14,6 +14,7 @@ from absl import flags
 
 import tasks
 from binaries import train
+from tests import binary
 from tff_opt import registry
 
 FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
@@ -21,15 +22,7 @@ FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(*args):
-  """Runs the binary's main in-process; returns its exit code (0 if none)."""
-  train.FLAGS.unparse_flags()
-  train.FLAGS(['train', *args])
-  try:
-    train.main(['train'])
-  except SystemExit as e:
-    return e.code
-  return 0
+_run = binary.run_train
 
 
 def _rows(output_dir):

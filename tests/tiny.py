@@ -109,3 +109,33 @@ def weighted_mean(values, weights):
 
 
 ClientMetrics = collections.namedtuple('ClientMetrics', ['loss', 'accuracy'])
+
+
+def run_rounds(process, clients, *, rounds, local_steps):
+  """Runs `process` from `initial_weights()` on full-batch clients.
+
+  Returns:
+    `(final state, [output of each round])`.
+  """
+  state = set_weights(process, process.initialize(), initial_weights())
+  outputs = []
+  for _ in range(rounds):
+    outputs.append(process.next(state,
+                                full_batch_datasets(clients, local_steps)))
+    state = outputs[-1].state
+  return state, outputs
+
+
+def numpy_fed_prox(clients, mu, *, rounds, lr, local_steps):
+  """FedProx toward w_t in NumPy (mu = 0: FedAvg): g + mu (w - w_t), example
+  weighting, from `initial_weights()`."""
+  w = [t.astype(np.float64) for t in initial_weights()]
+  for _ in range(rounds):
+    finals = [
+        local_sgd(w, x, y, lr, local_steps,
+                  extra_grad=lambda v, w=w: [mu * (a - b)
+                                             for a, b in zip(v, w)])
+        for x, y in clients
+    ]
+    w = weighted_mean(finals, [len(y) for _, y in clients])
+  return w
