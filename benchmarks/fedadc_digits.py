@@ -15,13 +15,12 @@ Prints, per algorithm, the final and best test accuracy and the first round
 reaching `--target` accuracy ("-" if never), and the seconds it took.
 Settings not in the paper for this data set (chosen here): client SGD
 learning rate 0.1, 2 local epochs of batch 10 (H = 4 steps for the
-12-example clients of s = 2: shards of 6), beta = 0.9 (SlowMo and FedADC), alpha = 1, FedADC+
-lambda = 0.35, tau = 1.
+12-example clients of s = 2: shards of 6), beta = 0.9 (SlowMo and FedADC),
+alpha = 1, FedADC+ lambda = 0.35, tau = 1.
 """
 
 import argparse
 import os
-import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
@@ -29,13 +28,12 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
+from benchmarks import common  # pylint: disable=g-import-not-at-top
 from tasks import digits  # pylint: disable=g-import-not-at-top
 from tasks import models  # pylint: disable=g-import-not-at-top
 from tasks import partitioners  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
-from tff_opt import evaluation  # pylint: disable=g-import-not-at-top
 from tff_opt import runtime  # pylint: disable=g-import-not-at-top
-from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
 
 
 def _parse_args():
@@ -111,40 +109,32 @@ def main():
           model_fn, client_learning_rate=lr, beta=args.beta,
           distillation=True),
   }
-  tf.keras.utils.set_random_seed(args.seed)
-  initial = tff.learning.models.ModelWeights.from_model(model_fn())
-  initial = tf.nest.map_structure(lambda v: np.asarray(v.numpy()), initial)
-
-  results = []
+  initial = common.initial_weights(model_fn, args.seed)
+  table = common.Table([('algorithm', 18, ''), ('final acc', 9, '.4f'),
+                        ('best acc', 9, '.4f'),
+                        (f'rounds to {args.target:.2f}', 14, ''),
+                        ('seconds', 8, '.0f')])
+  table.print_header()
+  names = args.algorithms.split(',')
+  unknown = [n for n in names if n not in builders]
+  if unknown:
+    raise SystemExit(f'fedadc_digits: error: --algorithms={args.algorithms}: '
+                     f'unknown {unknown[0]!r}; known: {", ".join(builders)}.')
   try:
-    for name in args.algorithms.split(','):
-      process = builders[name]()
-      # Keras models made before a graph-mode build are invalidated by it:
-      # the evaluator's model is made after the process.
-      evaluate = evaluation.build_evaluator(model_fn, test_data)
-      start = time.perf_counter()
-      result = training_loop.run_training(
-          process,
+    for name in names:
+      result = common.train_and_evaluate(
+          builders[name](),
+          model_fn=model_fn,
+          test_data=test_data,
           client_ids=ids,
           client_dataset_fn=client_dataset,
           clients_per_round=int(args.participation * args.num_clients),
           rounds=args.rounds,
           seed=args.seed,
-          evaluate_fn=evaluate,
-          eval_every=1,
-          initial_state=process.set_model_weights(process.initialize(),
-                                                  initial),
-          log=None)
-      accuracy = [r['eval_accuracy'] for r in result.rows]
-      reached = [r['round'] for r in result.rows
-                 if r['eval_accuracy'] >= args.target]
-      results.append((name, accuracy[-1], max(accuracy),
-                      reached[0] if reached else None,
-                      time.perf_counter() - start))
-      print(f'{name:18s} final {accuracy[-1]:.4f}  best {max(accuracy):.4f}  '
-            f'rounds to {args.target:.2f}: '
-            f'{reached[0] if reached else "-"}  '
-            f'({results[-1][-1]:.0f} s)', flush=True)
+          initial=initial)
+      table.print_row(name, result.accuracies[-1], max(result.accuracies),
+                      common.rounds_to_target(result.accuracies, args.target),
+                      result.seconds)
   finally:
     runtime.shutdown()
 

@@ -22,15 +22,12 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
+from benchmarks import common  # pylint: disable=g-import-not-at-top
 import tasks  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
-from tff_opt import evaluation  # pylint: disable=g-import-not-at-top
 from tff_opt import runtime  # pylint: disable=g-import-not-at-top
-from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('epochs', 8, 'Local epochs E.')
 flags.DEFINE_integer('rounds', 60, 'Rounds per run.')
@@ -51,74 +48,70 @@ FLAGS = flags.FLAGS
 
 def _builders():
 
-  def common():
+  def shared():
     return dict(
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(FLAGS.client_lr),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
 
   return {
-      'fedavg': lambda m: algorithms.build_fed_opt(m, **common()),
+      'fedavg': lambda m: algorithms.build_fed_opt(m, **shared()),
       'fedprox': lambda m: algorithms.build_fed_prox(m, mu=FLAGS.mu,
-                                                     **common()),
+                                                     **shared()),
       'fedcurv': lambda m: algorithms.build_fed_curv(m, lam=FLAGS.lam,
-                                                     **common()),
+                                                     **shared()),
       'fedfor': lambda m: algorithms.build_fed_for(m, alpha=FLAGS.alpha,
-                                                   **common()),
+                                                   **shared()),
   }
 
 
-def run_one(name, build, seed):
+def run_one(build, seed):
   """Trains one algorithm; returns (rounds to target or None, final acc)."""
-
   task = tasks.create_task(
       'digits',
       train_client_spec=tff.simulation.baselines.ClientSpec(
           num_epochs=FLAGS.epochs, batch_size=FLAGS.batch_size),
       seed=seed, alpha=FLAGS.dirichlet_alpha)
   process = build(task.model_fn)
-  tf.keras.utils.set_random_seed(seed)
-  weights = tff.learning.models.ModelWeights.from_model(task.model_fn())
-  state = process.set_model_weights(
-      process.initialize(),
-      tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights))
-  evaluate = evaluation.build_evaluator(
-      task.model_fn, task.datasets.eval_preprocess_fn(
-          task.datasets.test_data.create_tf_dataset_from_all_clients()))
   train_data = task.datasets.train_data
-  result = training_loop.run_training(
+  result = common.train_and_evaluate(
       process,
+      model_fn=task.model_fn,
+      test_data=task.datasets.eval_preprocess_fn(
+          task.datasets.test_data.create_tf_dataset_from_all_clients()),
       client_ids=sorted(train_data.client_ids),
       client_dataset_fn=lambda cid: task.datasets.train_preprocess_fn(
           train_data.create_tf_dataset_for_client(cid)),
       clients_per_round=FLAGS.clients_per_round,
       rounds=FLAGS.rounds,
       seed=seed,
-      evaluate_fn=evaluate,
-      initial_state=state,
-      log=None)
-  accuracies = [r['eval_accuracy'] for r in result.rows]
-  reached = next((i + 1 for i, a in enumerate(accuracies)
-                  if a >= FLAGS.target), None)
-  return reached, accuracies[-1], result.seconds
+      initial=common.initial_weights(task.model_fn, seed))
+  return (common.rounds_to_target(result.accuracies, FLAGS.target),
+          result.accuracies[-1])
 
 
 def main(argv):
   del argv
-  runtime.set_local_execution_context()
   builders = _builders()
+  unknown = [n for n in FLAGS.algorithms if n not in builders]
+  if unknown:
+    raise app.UsageError(
+        f'--algorithms={",".join(FLAGS.algorithms)}: unknown {unknown[0]!r};'
+        f' known: {", ".join(builders)}')
+  runtime.set_local_execution_context()
   print(f'digits, Dirichlet alpha={FLAGS.dirichlet_alpha}, E={FLAGS.epochs}, '
         f'{FLAGS.clients_per_round} clients/round, batch {FLAGS.batch_size}, '
         f'client lr {FLAGS.client_lr}, server SGD lr 1, {FLAGS.rounds} rounds; '
         f'mu={FLAGS.mu} lam={FLAGS.lam} alpha={FLAGS.alpha}', flush=True)
-  print(f'{"algorithm":<10} {"seed":>4} {"rounds to " + str(FLAGS.target):>16} '
-        f'{"final acc":>10} {"seconds":>8}', flush=True)
+  table = common.Table([('algorithm', 10, ''), ('seed', 4, ''),
+                        (f'rounds to {FLAGS.target}', 16, ''),
+                        ('final acc', 10, '.4f'), ('seconds', 8, '.1f')])
+  table.print_header()
   for name in FLAGS.algorithms:
     for seed in FLAGS.seeds:
       started = time.perf_counter()
-      reached, final, _ = run_one(name, builders[name], int(seed))
-      print(f'{name:<10} {seed:>4} {str(reached or "never"):>16} '
-            f'{final:>10.4f} {time.perf_counter() - started:>8.1f}',
-            flush=True)
+      reached, final = run_one(builders[name], int(seed))
+      table.print_row(name, seed, reached or 'never', final,
+                      time.perf_counter() - started)
   runtime.shutdown()
   sys.stdout.flush()
 

@@ -1,0 +1,420 @@
+r"""Seconds per round: tff-opt's processes against TFF's FedAvg and the floor.
+
+    .venv/bin/python -m benchmarks.round_time                      # EMNIST-CR
+    .venv/bin/python -m benchmarks.round_time --workload=so_nwp
+    .venv/bin/python -m benchmarks.round_time --algorithms=fedopt \
+        --max_concurrent_clients=none,1,2,2:1
+    .venv/bin/python -m benchmarks.round_time --quick              # smoke run
+
+In one run, on the same model, the same client data and the same local
+steps (client SGD, learning rate 0.1, one epoch, server SGD with learning
+rate 1, clients weighted by their number of examples), it times:
+
+  (a) tff-opt's process for each of `--algorithms` (registry names; FedOpt
+      first, every other algorithm is also reported as a ratio to FedOpt);
+  (b) TFF's own `tff.learning.algorithms.build_weighted_fed_avg`, with its
+      default `DATASET_REDUCE` loop (`tff_reduce`, the "b" of the ratios) and
+      with `DATASET_ITERATOR` (`tff_iterator`);
+  (c) the floor: the same local SGD steps of the same Keras model in one
+      plain `tf.function` per round (each client: reset to the global model,
+      one pass over its batches, delta weighted by its examples; the
+      weighted mean applied to the global model, all in TF) — no federated
+      machinery, no metrics.
+
+(a) and (b) run under TFF's local C++ execution context, once for each
+setting of `--max_concurrent_clients` (`none` = TFF's default, no limit;
+`1` runs the clients one after the other; `2:1` two at a time with one TF
+intra-op thread each), each setting with its own `worker_binary`. The floor
+runs in this Python process. After the warm-up, every (setting, process)
+pair takes its timed rounds in turns (a, b, c, a, b, c, ...), so that a
+change in the machine's load falls on all of them alike.
+
+It prints, per row, the median seconds per round over `--rounds` timed
+rounds (after `--warmup` untimed ones), examples per second, the ratio to
+tff-opt's FedOpt under the same setting, for FedOpt a/c (to the floor), a/b
+(to TFF's default FedAvg, DATASET_REDUCE) and a/b_it (to TFF's
+DATASET_ITERATOR FedAvg), and the median CPU seconds per round of this
+process and its TFF workers (`cpu s`: the work done, steadier than wall
+time on a loaded machine; cpu s above s/round means more than one core was
+busy), with the machine's load average.
+
+Workloads (synthetic data, uniform random; only speed is measured):
+  emnist_cr  the EMNIST-CR CNN of `tasks/emnist.py` (1,206,590 parameters),
+             10 clients x 200 examples of 28x28x1, batch 20, one epoch:
+             100 local steps per round.
+  so_nwp     the Stack Overflow NWP LSTM of `tasks/stackoverflow.py`
+             (4,050,748 parameters, vocabulary 10,000), 50 clients x 32
+             sequences of 20 token ids (uniform over the 10,004 ids), batch
+             16, one epoch: 100 local steps per round. 32 sequences is far
+             below the paper's cap of 1,000 per client, chosen to keep a
+             round to seconds; the per-step cost is the real model's.
+`--quick` shrinks everything (4 clients, 2 timed rounds) to check the
+script runs; its figures mean little.
+
+TF threads: a setting `N:T` starts its `worker_binary` with T intra-op
+threads (`TF_NUM_INTRAOP_THREADS`, which TF reads when the worker starts);
+`--floor_threads` sets this process's (the floor's). Without them TF uses
+one thread per core.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+from benchmarks import common  # pylint: disable=g-import-not-at-top
+from tasks import emnist  # pylint: disable=g-import-not-at-top
+from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
+from tff_opt import registry  # pylint: disable=g-import-not-at-top
+from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+
+CLIENT_LR = 0.1
+ALGORITHMS = ('fedopt', 'fedprox', 'fedfor', 'fedcurv', 'fedadc', 'scaffold',
+              'slowmo')
+# Hyper-parameters of the registered algorithms (their binary defaults or
+# their papers' values); they change the work per step, not the step count.
+HPARAMS = dict(mu=0.01, alpha=5.0, lam=0.1, beta=0.9,
+               fedadc_variant='heavy_ball', local_momentum=0.0,
+               beta_local=None)
+
+
+class Workload:
+  """A model and its synthetic clients.
+
+  Attributes:
+    name: Workload name.
+    keras_model_fn: No-arg callable returning the Keras model.
+    loss_fn: No-arg callable returning the Keras loss.
+    metrics_fn: No-arg callable returning the Keras metrics list.
+    input_spec: `(x, y)` `tf.TensorSpec`s of one batch.
+    datasets: The clients' datasets (the same every round).
+    examples: Examples per round.
+  """
+
+  def __init__(self, name, *, quick):
+    self.name = name
+    if name == 'emnist_cr':
+      clients, per_client, batch = (4, 40, 20) if quick else (10, 200, 20)
+      self.keras_model_fn = emnist.create_cr_model
+      self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy
+      self.metrics_fn = lambda: [
+          tf.keras.metrics.SparseCategoricalAccuracy(name='accuracy')]
+      self.datasets = common.synthetic_clients(
+          clients, per_client, x_shape=(28, 28, 1),
+          num_classes=emnist.NUM_CLASSES, batch_size=batch)
+      self.describe = (f'EMNIST-CR CNN, {clients} clients x {per_client} '
+                       f'examples, batch {batch}, 1 epoch')
+    elif name == 'so_nwp':
+      clients, per_client, batch = (4, 16, 16) if quick else (50, 32, 16)
+      vocab = stackoverflow.NWP_OPTIONS['vocab_size']
+      self.keras_model_fn = lambda: stackoverflow.create_nwp_model(vocab)
+      self.loss_fn = lambda: tf.keras.losses.SparseCategoricalCrossentropy(
+          from_logits=True)
+      self.metrics_fn = lambda: stackoverflow.nwp_metrics(vocab)
+      seq = stackoverflow.SEQUENCE_LENGTH
+      rng = np.random.default_rng(0)
+      self.datasets = []
+      for _ in range(clients):
+        ids = rng.integers(0, vocab + 4, size=(per_client, seq + 1))
+        self.datasets.append(tf.data.Dataset.from_tensor_slices(
+            (ids[:, :-1], ids[:, 1:])).batch(batch))
+      self.describe = (f'Stack Overflow NWP LSTM, {clients} clients x '
+                       f'{per_client} sequences of {seq} tokens, batch '
+                       f'{batch}, 1 epoch')
+    else:
+      raise ValueError(f'Unknown workload {name!r}.')
+    self.input_spec = self.datasets[0].element_spec
+    self.examples = clients * per_client
+
+  def model_fn(self) -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        self.keras_model_fn(), loss=self.loss_fn(),
+        input_spec=self.input_spec, metrics=self.metrics_fn())
+
+
+def _sgd():
+  return tff.learning.optimizers.build_sgdm(CLIENT_LR)
+
+
+def build_tff_opt(workload: Workload, name: str):
+  """tff-opt's registered algorithm `name` on the benchmark's settings."""
+  return registry.build_process(
+      name, workload.model_fn,
+      client_optimizer_fn=_sgd(),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      client_lr_schedule=None, **HPARAMS)
+
+
+def build_tff_fed_avg(workload: Workload, loop: str):
+  """TFF's `build_weighted_fed_avg` with the given loop implementation."""
+  implementation = {
+      'reduce': tff.learning.LoopImplementation.DATASET_REDUCE,
+      'iterator': tff.learning.LoopImplementation.DATASET_ITERATOR,
+  }[loop]
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      workload.model_fn,
+      client_optimizer_fn=_sgd(),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      loop_implementation=implementation)
+
+
+def floor_round_fn(workload: Workload, initial):
+  """The floor (c): one round of local SGD + weighted delta mean in TF."""
+  model = workload.keras_model_fn()
+  loss_fn = workload.loss_fn()
+  weights = model.trainable_variables
+  global_weights = [tf.Variable(v) for v in initial.trainable]
+  for variable, value in zip(weights, initial.trainable):
+    variable.assign(value)
+
+  @tf.function
+  def round_fn(datasets):
+    sums = [tf.zeros_like(v) for v in global_weights]
+    total = tf.constant(0.0)
+    for dataset in datasets:  # Unrolled: one loop per client.
+      for variable, value in zip(weights, global_weights):
+        variable.assign(value)
+      examples = tf.constant(0.0)
+      for x, y in dataset:
+        with tf.GradientTape() as tape:
+          loss = loss_fn(y, model(x, training=True))
+        gradients = tape.gradient(loss, weights)
+        for variable, gradient in zip(weights, gradients):
+          # Dense, as TFF's SGD applies it (the embedding's is sparse).
+          variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
+        examples += tf.cast(tf.shape(y)[0], tf.float32)
+      sums = [s + examples * (g - v)
+              for s, g, v in zip(sums, global_weights, weights)]
+      total += examples
+    for variable, s in zip(global_weights, sums):
+      variable.assign_sub(s / total)
+
+  return lambda: round_fn(workload.datasets)
+
+
+def interleaved_times(round_fns, *, warmup: int, repeats: int):
+  """{name: ([wall seconds], [CPU seconds]) of each timed round}.
+
+  Every round function first runs `warmup` untimed rounds; then each timed
+  round of each function runs in turn (a, b, c, a, b, c, ...), so that a
+  change of the machine's load falls on all of them alike. CPU seconds are
+  those of this process and its TFF workers during the round.
+  """
+  for fn in round_fns.values():
+    for _ in range(warmup):
+      fn()
+  times = {name: ([], []) for name in round_fns}
+  for _ in range(repeats):
+    for name, fn in round_fns.items():
+      cpu = common.cpu_seconds()
+      wall = time.perf_counter()
+      fn()
+      times[name][0].append(time.perf_counter() - wall)
+      times[name][1].append(common.cpu_seconds() - cpu)
+  return times
+
+
+class Setting:
+  """One execution setting: TFF's client concurrency and worker threads.
+
+  Attributes:
+    concurrency: `max_concurrent_clients` (None: TFF's default, no limit).
+    threads: TF intra-op threads of the setting's `worker_binary` (0: TF's
+      default, one per core).
+    label: How the setting is written on the command line and printed.
+  """
+
+  def __init__(self, text: str):
+    """Parses `N`, `none`, `N:T` or `none:T`.
+
+    Raises:
+      ValueError: If the text is not of that form with N, T >= 1.
+    """
+    concurrency, _, threads = text.strip().lower().partition(':')
+    try:
+      self.concurrency = (None if concurrency == 'none' else
+                          int(concurrency))
+      self.threads = int(threads) if threads else 0
+    except ValueError:
+      self.concurrency, self.threads = 0, 0
+    if (self.concurrency is not None and self.concurrency < 1) or (
+        threads and self.threads < 1):
+      raise ValueError(f'expected "N", "none", "N:T" or "none:T" with '
+                       f'positive integers N, T; got {text.strip()!r}')
+    self.label = text.strip().lower()
+    self.context = None
+
+  def start(self) -> None:
+    """Creates the setting's context and starts its worker (threads set)."""
+    self.context = tff.backends.native.create_sync_local_cpp_execution_context(
+        max_concurrent_computation_calls=self.concurrency or -1)
+    previous = os.environ.get(_INTRA_ENV)
+    if self.threads:
+      os.environ[_INTRA_ENV] = str(self.threads)
+    else:
+      os.environ.pop(_INTRA_ENV, None)
+    try:  # The worker starts on the first computation and reads the env.
+      with tff.framework.get_context_stack().install(self.context):
+        _noop()
+    finally:
+      if previous is None:
+        os.environ.pop(_INTRA_ENV, None)
+      else:
+        os.environ[_INTRA_ENV] = previous
+
+  def wrap(self, round_fn):
+    """`round_fn` run under this setting's context."""
+
+    def run():
+      with tff.framework.get_context_stack().install(self.context):
+        round_fn()
+
+    return run
+
+
+_INTRA_ENV = 'TF_NUM_INTRAOP_THREADS'
+
+
+@tff.tensorflow.computation
+def _noop():
+  return tf.constant(0)
+
+
+def _parse_args(argv):
+  parser = argparse.ArgumentParser(
+      prog='round_time', description=__doc__.split('\n')[0])
+  parser.add_argument('--workload', default='emnist_cr',
+                      choices=['emnist_cr', 'so_nwp'])
+  parser.add_argument('--rounds', type=int, default=10,
+                      help='Timed rounds per process (median reported).')
+  parser.add_argument('--warmup', type=int, default=2,
+                      help='Untimed rounds first (tracing, worker start).')
+  parser.add_argument('--algorithms', default=','.join(ALGORITHMS),
+                      help='tff-opt registry names, comma-separated.')
+  parser.add_argument('--max_concurrent_clients', default='none',
+                      help='Comma-separated settings to compare, each N or '
+                      '"none" (no limit, TFF\'s default), optionally with '
+                      ':T, the worker\'s TF intra-op threads (e.g. 2:1).')
+  parser.add_argument('--floor_threads', type=int, default=0,
+                      help='TF intra-op threads of this process (the floor);'
+                      ' 0: TF\'s default.')
+  parser.add_argument('--no_tff', action='store_true',
+                      help='Skip (b), TFF\'s FedAvg.')
+  parser.add_argument('--no_floor', action='store_true',
+                      help='Skip (c), the plain-TF floor.')
+  parser.add_argument('--quick', action='store_true',
+                      help='Tiny clients, 1 warm-up and 2 timed rounds.')
+  args = parser.parse_args(argv)
+  if args.rounds < 1:
+    parser.error(f'--rounds={args.rounds}: expected a positive integer')
+  if args.warmup < 0:
+    parser.error(f'--warmup={args.warmup}: expected a non-negative integer')
+  if args.floor_threads < 0:
+    parser.error(f'--floor_threads={args.floor_threads}: expected >= 0')
+  names = [n.strip() for n in args.algorithms.split(',') if n.strip()]
+  unknown = [n for n in names if n not in registry.ALGORITHMS]
+  if unknown or not names:
+    parser.error(f'--algorithms={args.algorithms}: unknown algorithm '
+                 f'{(unknown or [""])[0]!r}; known: '
+                 f'{", ".join(registry.ALGORITHMS)}')
+  for name in names:
+    missing = [h for h in registry.ALGORITHMS[name].hparams
+               if HPARAMS.get(h) is None]
+    if missing:
+      parser.error(f'--algorithms={args.algorithms}: {name!r} needs '
+                   f'hyper-parameters this benchmark does not set: '
+                   f'{", ".join(missing)}')
+  if 'fedopt' in names:  # FedOpt first: the others are ratios to it.
+    names = ['fedopt'] + [n for n in names if n != 'fedopt']
+  args.algorithms = names
+  try:
+    args.max_concurrent_clients = [
+        Setting(t) for t in args.max_concurrent_clients.split(',')]
+  except ValueError as e:
+    parser.error(f'--max_concurrent_clients={args.max_concurrent_clients}: '
+                 f'{e}')
+  if args.quick:
+    args.rounds, args.warmup = min(args.rounds, 2), min(args.warmup, 1)
+  return args
+
+
+def main(argv=None):
+  args = _parse_args(argv)
+  if args.floor_threads:
+    tf.config.threading.set_intra_op_parallelism_threads(args.floor_threads)
+  workload = Workload(args.workload, quick=args.quick)
+  settings = args.max_concurrent_clients
+  print(f'round_time: {workload.describe} ({workload.examples} examples per '
+        f'round); client SGD lr {CLIENT_LR}, server SGD lr 1; median of '
+        f'{args.rounds} rounds after {args.warmup} warm-up, taken in turns; '
+        f'settings (max_concurrent_clients[:worker threads]) '
+        f'{", ".join(s.label for s in settings)}; floor threads '
+        f'{args.floor_threads or "default"}; {common.load_average()}',
+        flush=True)
+  initial = common.initial_weights(workload.model_fn, 0)
+  processes = [(name, build_tff_opt(workload, name))
+               for name in args.algorithms]
+  if not args.no_tff:
+    processes += [(f'tff_{loop}', build_tff_fed_avg(workload, loop))
+                  for loop in ('reduce', 'iterator')]
+  # Installs tff-opt's worker clean-up; every setting's worker is a child of
+  # this process and is stopped by `runtime.shutdown`.
+  runtime.set_local_execution_context()
+  try:
+    round_fns = {}
+    if not args.no_floor:
+      round_fns[('python', 'floor')] = floor_round_fn(workload, initial)
+    for setting in settings:
+      setting.start()
+      for name, process in processes:
+        round_fns[(setting.label, name)] = setting.wrap(
+            common.process_round_fn(process, workload.datasets, initial))
+    times = interleaved_times(round_fns, warmup=args.warmup,
+                              repeats=args.rounds)
+  finally:
+    runtime.shutdown()
+  report(times, workload, args.algorithms)
+  sys.stdout.flush()
+
+
+def report(times, workload: Workload, algorithms) -> None:
+  """Prints the table and the a/b, a/c and concurrency ratios."""
+  wall = {key: common.median(w) for key, (w, _) in times.items()}
+  cpu = {key: common.median(c) for key, (_, c) in times.items()}
+  floor = wall.get(('python', 'floor'))
+  table = common.Table([
+      ('setting', 8, ''), ('process', 13, ''), ('s/round', 8, '.3f'),
+      ('examples/s', 10, '.0f'), ('/fedopt', 7, '.3f'), ('a/c', 6, '.3f'),
+      ('a/b', 6, '.3f'), ('a/b_it', 6, '.3f'), ('cpu s', 6, '.2f')])
+  table.print_header()
+  for (label, name), seconds in wall.items():
+    fedopt = wall.get((label, 'fedopt'))
+    is_fedopt = name == 'fedopt'
+    b = wall.get((label, 'tff_reduce'))
+    b_iterator = wall.get((label, 'tff_iterator'))
+    table.print_row(
+        label, 'floor (c)' if name == 'floor' else name, seconds,
+        workload.examples / seconds,
+        seconds / fedopt if fedopt and name in algorithms else None,
+        seconds / floor if is_fedopt and floor else None,
+        seconds / b if is_fedopt and b else None,
+        seconds / b_iterator if is_fedopt and b_iterator else None,
+        cpu[(label, name)])
+  fedopt_by_setting = {label: s for (label, name), s in wall.items()
+                       if name == 'fedopt'}
+  if len(fedopt_by_setting) > 1:
+    slowest = max(fedopt_by_setting.values())
+    print('FedOpt speed-up over the slowest setting: ' + ', '.join(
+        f'{label} x{slowest / s:.2f}' for label, s in
+        fedopt_by_setting.items()))
+  print(f'after the run: {common.load_average()}', flush=True)
+
+if __name__ == '__main__':
+  main()
