@@ -30,7 +30,6 @@ does); TFF's ResNet-18 uses 32-group norm (the paper: 2); metric name.
 seeded random uint8 images (600 train, 200 test, 6 / 2 clients) for `cifar10`.
 """
 
-import glob
 import os
 from typing import Any
 
@@ -42,6 +41,7 @@ from tensorflow_federated.python.simulation.baselines.cifar100 import image_clas
 from tasks import data_errors
 from tasks import models_resnet
 from tasks import partitioners
+from tasks import tfds_images
 
 CROP_SHAPE = (24, 24, 3)
 CIFAR100_SQLITE = 'cifar100.sqlite'
@@ -134,28 +134,9 @@ def load_cifar10_arrays(data_dir: str | None, use_synthetic_data: bool,
       `data_dir`.
   """
   if use_synthetic_data:
-    rng = np.random.default_rng([seed, 10])
-    def make(n):
-      return (rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-              np.arange(n, dtype=np.int64) % 10)
-    return make(600), make(200)
-  root = data_dir or os.path.join(os.path.expanduser('~'),
-                                  'tensorflow_datasets')
-  if not glob.glob(os.path.join(root, 'cifar10', '*', 'dataset_info.json')):
-    raise data_errors.MissingDataError(
-        'cifar10', os.path.join(root, 'cifar10', '<version>',
-                                'dataset_info.json'),
-        'Prepare it on a machine with internet access with python -c '
-        '"import tensorflow_datasets as tfds; tfds.load(\'cifar10\', '
-        'data_dir=\'DIR\')" and copy DIR/cifar10 into --data_dir.')
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  out = []
-  for split in ('train', 'test'):
-    data = tfds.as_numpy(tfds.load('cifar10', split=split, data_dir=root,
-                                   download=False, batch_size=-1))
-    out.append((data['image'].astype(np.uint8),
-                data['label'].astype(np.int64)))
-  return tuple(out)
+    return tuple(tfds_images.synthetic_arrays((32, 32, 3), 10, seed))
+  return tuple(tfds_images.load_tfds_arrays('cifar10', data_dir,
+                                            task='cifar10'))
 
 
 def split_cifar10(labels: np.ndarray, num_clients: int, alpha: float,

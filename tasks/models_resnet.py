@@ -39,14 +39,32 @@ def _norm():
   return tf.keras.layers.GroupNormalization(groups=GROUPS, axis=-1)
 
 
-def _basic_block(x, filters, strides):
-  shortcut = x
+def _zero_pad_shortcut(x, filters, strides):
+  """He et al.'s option A: subsample by `strides`, zero-pad new channels."""
+  extra = filters - x.shape[-1]
+  def shortcut(t):
+    t = t[:, ::strides, ::strides, :]
+    return tf.pad(t, [[0, 0], [0, 0], [0, 0],
+                      [extra // 2, extra - extra // 2]])
+  return tf.keras.layers.Lambda(shortcut)(x)
+
+
+def _basic_block(x, filters, strides, norm=_norm, shortcut='projection'):
+  """Post-activation basic block; `norm()` makes each normalisation layer.
+
+  `shortcut` when the shape changes: 'projection' (conv1x1 -> norm, He et
+  al.'s option B) or 'zero_pad' (option A, no parameters).
+  """
   y = _conv(filters, 3, strides)(x)
-  y = tf.keras.layers.ReLU()(_norm()(y))
-  y = _norm()(_conv(filters, 3)(y))
-  if strides != 1 or x.shape[-1] != filters:
-    shortcut = _norm()(_conv(filters, 1, strides)(x))
-  return tf.keras.layers.ReLU()(tf.keras.layers.add([shortcut, y]))
+  y = tf.keras.layers.ReLU()(norm()(y))
+  y = norm()(_conv(filters, 3)(y))
+  if strides == 1 and x.shape[-1] == filters:
+    skip = x
+  elif shortcut == 'zero_pad':
+    skip = _zero_pad_shortcut(x, filters, strides)
+  else:
+    skip = norm()(_conv(filters, 1, strides)(x))
+  return tf.keras.layers.ReLU()(tf.keras.layers.add([skip, y]))
 
 
 def create_resnet18_gn(input_shape=(24, 24, 3),

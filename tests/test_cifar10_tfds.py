@@ -1,11 +1,7 @@
 """`cifar10` read through the real TFDS code path, offline (GitHub issue 3).
 
-TFDS cannot download here, and `tfds.testing.mock_data` replaces the reading
-code itself (and, in TFDS 4.9.3, aborts the process on `batch_size=-1`, which
-`tasks/cifar.py` uses). Instead, TFDS writes a genuine prepared `cifar10`
-(`<data_dir>/cifar10/3.0.2/`: TFRecord shards, `dataset_info.json`,
-`features.json`) with `tfds.dataset_builders.store_as_tfds_dataset`, from a
-few random images with the registered builder's name, version and features;
+TFDS writes a genuine prepared `cifar10` (`<data_dir>/cifar10/3.0.2/`) from a
+few random images (`tests/fake_tfds.py`);
 `tasks.create_task('cifar10', data_dir=...)` then loads it with TFDS's own
 registered `Cifar10` builder (`tfds.load(..., download=False)`), as it would
 a copy prepared on a machine with internet access.
@@ -17,13 +13,13 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
 import tasks
 from tasks import cifar
 from tasks import data_errors
+from tests import fake_tfds
 
 NUM_TRAIN, NUM_TEST = 120, 60
 SPEC = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=5,
@@ -44,22 +40,8 @@ def _pairs(images, labels):
 @pytest.fixture(scope='module')
 def tfds_dir(tmp_path_factory):
   root = str(tmp_path_factory.mktemp('tfds'))
-  builder_cls = tfds.builder_cls('cifar10')
-  features = tfds.features.FeaturesDict({
-      'id': tfds.features.Text(),
-      'image': tfds.features.Image(shape=(32, 32, 3)),
-      'label': tfds.features.ClassLabel(num_classes=10),
-  })
-  splits = {}
-  for split, (seed, n) in {'train': (1, NUM_TRAIN),
-                           'test': (2, NUM_TEST)}.items():
-    images, labels = _images(seed, n)
-    splits[split] = tf.data.Dataset.from_tensor_slices({
-        'id': [f'{split}_{i}' for i in range(n)], 'image': images,
-        'label': labels})
-  tfds.dataset_builders.store_as_tfds_dataset(
-      name='cifar10', version=str(builder_cls.VERSION), features=features,
-      split_datasets=splits, data_dir=root)
+  fake_tfds.store('cifar10', root, {'train': _images(1, NUM_TRAIN),
+                                    'test': _images(2, NUM_TEST)})
   return root
 
 
