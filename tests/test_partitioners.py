@@ -165,7 +165,14 @@ def test_partition_summary_exact_values():
       'size_mean': pytest.approx(4 / 3),
       'size_max': 2,
       'mean_label_entropy': pytest.approx(math.log(2) / 3),
+      'label_entropy_min': 0.0,
+      'label_entropy_median': 0.0,
+      'label_entropy_max': pytest.approx(math.log(2)),
       'mean_max_class_share': pytest.approx(0.75),
+      'classes_per_client_min': 0,
+      'classes_per_client_mean': pytest.approx(1.0),
+      'classes_per_client_max': 2,
       'num_empty_clients': 1,
+      'empty_clients': [2],
   }
   json.dumps(summary)  # Must be JSON-ready (plain Python numbers).

@@ -21,6 +21,15 @@ then hold `{'process_state', 'client_states'}` (`client_states.pack`: a
 fixed layout over the population), stateless processes keep the
 `{'process_state'}` layout.
 
+Round-dependent client data (`round_clients_fn`, e.g. FedFOR's stateless
+long-tail clients or concept shift, `tasks/heterogeneity.py`): the loop
+still samples ids from `client_ids` as above, then calls
+`round_clients_fn(round_num, sampled_ids)` (after seeding TensorFlow) for the
+ids and datasets the round trains on, instead of `client_dataset_fn`. The
+hook must be a function of the round and the sampled ids (its own seed
+bound in), so resuming stays exact; client states are kept only for ids of
+`client_ids` (fresh one-round clients never come back).
+
 Resuming: the latest checkpoint (round v) is loaded and the rows of
 `metrics.csv` after round v (written before an interruption, not covered by
 a checkpoint) are dropped and recomputed, so the file never holds a round
@@ -229,6 +238,9 @@ def run_training(
     checkpoint_every: int = 10,
     initial_state: Any = None,
     log: Optional[Callable[[str], None]] = print,
+    round_clients_fn: Optional[Callable[
+        [int, list[str]], tuple[Sequence[str],
+                                Sequence[tf.data.Dataset]]]] = None,
 ) -> TrainingResult:
   """Trains `process` for `rounds` rounds, resuming from `output_dir`.
 
@@ -248,6 +260,9 @@ def run_training(
       `process.initialize()` when `None`.
     log: Called with one progress line per round and a summary; `None` is
       silent.
+    round_clients_fn: Optional `(round_num, sampled ids) -> (ids, datasets)`
+      giving the data a round trains on (module docstring); replaces
+      `client_dataset_fn` when given.
 
   Returns:
     A `TrainingResult` with the final state and all metric rows.
@@ -267,6 +282,7 @@ def run_training(
   state, start_round = initial_state, 0
   stateful = client_states_lib.is_client_stateful(process)
   client_state_store = {}  # client id -> state, clients seen so far.
+  population = set(client_ids)
 
   def checkpoint_structure(server_state, store):
     structure = {PROCESS_STATE_KEY: server_state}
@@ -303,13 +319,18 @@ def run_training(
     sampled = sample_clients(client_ids, clients_per_round, seed=seed,
                              round_num=round_num)
     tf.random.set_seed(seed * 1_000_003 + round_num)
-    datasets = [client_dataset_fn(cid) for cid in sampled]
+    if round_clients_fn is None:
+      datasets = [client_dataset_fn(cid) for cid in sampled]
+    else:
+      sampled, datasets = map(list, round_clients_fn(round_num, sampled))
     if stateful:
       output, new_client_states = process.next(state, datasets, [
           client_state_store.get(cid, process.initial_client_state())
           for cid in sampled
       ])
-      client_state_store.update(zip(sampled, new_client_states))
+      client_state_store.update(
+          (cid, s) for cid, s in zip(sampled, new_client_states)
+          if cid in population)
     else:
       output = process.next(state, datasets)
     state = output.state
