@@ -2,7 +2,8 @@
 
 TFF's `LearningProcess.next(state, data)` carries only server state. An
 algorithm with per-client state (SCAFFOLD's control variates c_i; FedCurv's
-cross-silo variant; FedDyn and FedBN later) is a `ClientStatefulProcess`:
+cross-silo variant; FedDyn's g_k; FedBN's local batch norm) is a
+`ClientStatefulProcess`:
 
     process.initial_client_state()         -> the state of a client never seen
     output, new_states = process.next(state, datasets, client_states)
@@ -26,11 +27,19 @@ client; the aggregator and finalizer then run as usual. The per-client
 communication (`communication/bytes_server_to_client`, the broadcast
 without the client's own state, and `bytes_client_to_server`, the update)
 is reported in the metrics.
+
+Two optional hooks of `compose` let a client keep part of the model to
+itself (FedBN's local batch norm, `algorithms/fed_bn.py`):
+`client_input_fn(broadcast, client_state)` replaces the merge above (what
+the client work receives), and `to_server(update)` maps, at the client,
+the client's update to what it sends to the aggregator (the new client
+state still sees the whole update; `bytes_client_to_server` counts what is
+sent).
 """
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -114,6 +123,8 @@ def compose(
     *,
     initial_client_state: Any,
     client_state_update: Callable[[Any, Any], Any],
+    client_input_fn: Optional[Callable[[Any, Any], Any]] = None,
+    to_server: Optional[Callable[[Any], Any]] = None,
 ) -> ClientStatefulProcess:
   """Composes a `ClientStatefulProcess` (see the module docstring).
 
@@ -129,21 +140,33 @@ def compose(
     initial_client_state: NumPy structure: a new client's state.
     client_state_update: TF function `(merged_broadcast, update) -> new
       client state` run at each client after its local training.
+    client_input_fn: Optional TF function `(broadcast, client_state) ->
+      what the client work receives` (of the client work's broadcast type),
+      replacing the default merge (broadcast plus `'client_state'`).
+    to_server: Optional TF function `update -> what the client sends`, run
+      at each client before the aggregator, which must then be built for
+      its result type.
 
   Returns:
     A `ClientStatefulProcess`.
   """
   client_state_type = tff_types.type_of(initial_client_state)
   broadcast_type = distributor.next.type_signature.result.result.member
-  merged_type = client_broadcast_type(broadcast_type, client_state_type)
+  merged_type = client_work.next.type_signature.parameter[1].member
   data_type = client_work.next.type_signature.parameter[2]
   update_type = client_work.next.type_signature.result.result.member.update
+  sent_type = update_type
+  if to_server is not None:
+    aggregator, sent_type = _after_client_map(to_server, update_type,
+                                              aggregator)
   bytes_metrics = collections.OrderedDict(
       bytes_server_to_client=np.int64(tff_types.num_bytes(broadcast_type)),
-      bytes_client_to_server=np.int64(tff_types.num_bytes(update_type)))
+      bytes_client_to_server=np.int64(tff_types.num_bytes(sent_type)))
 
   @tff.tensorflow.computation(broadcast_type, client_state_type)
   def merge(broadcast, client_state):
+    if client_input_fn is not None:
+      return client_input_fn(broadcast, client_state)
     return collections.OrderedDict(
         _items(broadcast) + [(CLIENT_STATE_KEY, client_state)])
 
@@ -180,6 +203,30 @@ def compose(
       set_hparams=accessors['set_hparams_fn'],
       initial_client_state=initial_client_state,
       client_state_type=client_state_type)
+
+
+def _after_client_map(to_server, update_type, aggregator):
+  """`aggregator` fed with `to_server(update)` mapped at the clients."""
+
+  @tff.tensorflow.computation(update_type)
+  def sent(update):
+    return to_server(update)
+
+  sent_type = sent.type_signature.result
+  expected = aggregator.next.type_signature.parameter[1].member
+  if not expected.is_equivalent_to(sent_type):
+    raise TypeError(f'The aggregator takes {expected}, but to_server sends '
+                    f'{sent_type}.')
+
+  @tff.federated_computation(
+      aggregator.initialize.type_signature.result,
+      tff.FederatedType(update_type, tff.CLIENTS),
+      aggregator.next.type_signature.parameter[2])
+  def next_fn(state, update, weight):
+    return aggregator.next(state, tff.federated_map(sent, update), weight)
+
+  return tff.templates.AggregationProcess(aggregator.initialize,
+                                          next_fn), sent_type
 
 
 def client_broadcast_type(broadcast_type: tff.Type,

@@ -45,6 +45,19 @@ Optional hooks (FedADC's; each off by default, leaving the loop above as is):
   (e.g. its label proportions), handed to the loss hook as
   `context['client_stats']`; it never leaves the client.
 
+Optional pre-pass hook (client-side FedPTR's; off by default):
+
+- `prepare_fn(broadcast, dataset) -> (broadcast, diagnostics)`: run once per
+  client before local training, in the client's TF graph (it may build
+  models and iterate the dataset). The broadcast it returns replaces the
+  received one for the penalty and every other hook (it must keep the
+  received `model_weights`: they are the start of local training and the
+  reference of the delta; it typically adds entries, e.g. a model computed
+  on the client). `diagnostics` is a flat mapping name -> float32 scalar,
+  averaged over the round's clients (plain, unweighted mean) and reported
+  as `prepare/<name>` in the client work's measurements; it never leaves
+  the client otherwise.
+
 Optional report hook (FedCurv's, SCAFFOLD's; off by default):
 
 - `report_fn(model, dataset, broadcast, *, delta, num_steps, learning_rate)
@@ -80,6 +93,7 @@ OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
 LEARNING_RATE_KEY = 'learning_rate'
 MODEL_WEIGHTS_KEY = 'model_weights'
 DELTA_KEY = 'delta'
+PREPARE_KEY = 'prepare'
 
 
 def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
@@ -207,6 +221,7 @@ def build_local_training(
     loss_fn_builder: Optional[Callable[..., Callable[..., tf.Tensor]]] = None,
     client_stats_fn: Optional[Callable[[tf.data.Dataset], Any]] = None,
     report_fn: Optional[Callable[..., Any]] = None,
+    prepare_fn: Optional[Callable[..., Any]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the shared local-training `ClientWorkProcess`.
 
@@ -232,13 +247,15 @@ def build_local_training(
       loss hook as `context['client_stats']`.
     report_fn: Optional report hook; the update becomes `{'delta': ...,
       **report_fn(...)}` (see the module docstring).
+    prepare_fn: Optional client pre-pass `(broadcast, dataset) ->
+      (broadcast, diagnostics)` (see the module docstring).
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` whose state is
     `{'round_num', 'optimizer_hparams'}` at the server, whose `next` takes
     `(state, broadcast@CLIENTS, datasets@CLIENTS)`, and whose measurements
     are `{'train': finalized metrics, 'client_learning_rate',
-    'non_finite_clients'}`.
+    'non_finite_clients'}` (plus `'prepare'` with `prepare_fn`).
 
   Raises:
     TypeError: If `client_weighting` is not a `tff.learning.ClientWeighting`
@@ -296,12 +313,15 @@ def build_local_training(
 
   @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
   def client_update(hparams, broadcast, dataset):
+    diagnostics = ()
+    if prepare_fn is not None:
+      broadcast, diagnostics = prepare_fn(broadcast, dataset)
     update_fn = _build_client_update(
         model_fn, client_optimizer, penalty, client_weighting,
         count_steps=count_steps, look_ahead=look_ahead,
         loss_fn_builder=loss_fn_builder, client_stats_fn=client_stats_fn,
         report_fn=report_fn)
-    return update_fn(hparams, broadcast, dataset)
+    return tuple(update_fn(hparams, broadcast, dataset)) + (diagnostics,)
 
   @tff.federated_computation(
       init_fn.type_signature.result,
@@ -310,15 +330,17 @@ def build_local_training(
   )
   def next_fn(state, broadcast, client_data):
     hparams = tff.federated_map(round_hparams, state)
-    client_result, model_outputs, non_finite = tff.federated_map(
-        client_update, (tff.federated_broadcast(hparams), broadcast,
-                        client_data))
-    measurements = tff.federated_zip(
-        collections.OrderedDict(
-            train=metrics_aggregation_fn(model_outputs),
-            client_learning_rate=tff.federated_map(learning_rate_of, hparams),
-            non_finite_clients=tff.federated_sum(non_finite),
-        ))
+    client_result, model_outputs, non_finite, diagnostics = (
+        tff.federated_map(client_update, (tff.federated_broadcast(hparams),
+                                          broadcast, client_data)))
+    measurements = collections.OrderedDict(
+        train=metrics_aggregation_fn(model_outputs),
+        client_learning_rate=tff.federated_map(learning_rate_of, hparams),
+        non_finite_clients=tff.federated_sum(non_finite),
+    )
+    if prepare_fn is not None:
+      measurements[PREPARE_KEY] = tff.federated_mean(diagnostics)
+    measurements = tff.federated_zip(measurements)
     return tff.templates.MeasuredProcessOutput(
         tff.federated_map(advance, state), client_result, measurements)
 

@@ -17,12 +17,14 @@ formula.
                                        d = w_{t-1} - w_t; zero without w_{t-1}
     elastic               FedCurv      lam (w^T diag(u) w - 2 w^T v)
     linear_correction     SCAFFOLD     <w, c - c_i>  (gradient c - c_i)
+    dynamic               FedDyn       -<g_k, w> + (alpha/2) ||w - w_t||^2
 
 Broadcast entries read here (names are module constants):
 `previous_model_weights` and `has_previous` (FedFOR, from
 `distributors.with_previous_model`), `fisher_sum` and `fisher_weight_sum`
 (FedCurv's u and v), `control_variate` (SCAFFOLD's c) and `client_state`
-(the client's own state, added by `client_states`).
+(the client's own state, added by `client_states`; FedDyn's g_k is its
+`local_gradient`).
 
 Choice: FedFOR's relu has TensorFlow's gradient, 0 at 0; at the start of
 local training w = w_t, so the first local step carries no FedFOR gradient
@@ -40,6 +42,7 @@ FISHER_SUM_KEY = 'fisher_sum'
 FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'
 CONTROL_VARIATE_KEY = 'control_variate'
 CLIENT_STATE_KEY = 'client_state'
+LOCAL_GRADIENT_KEY = 'local_gradient'
 
 
 def _sum(tensors) -> tf.Tensor:
@@ -135,6 +138,32 @@ def linear_correction(weights, broadcast, *, learning_rate) -> tf.Tensor:
   c = broadcast[CONTROL_VARIATE_KEY]
   c_i = effective_client_control_variate(broadcast)
   return _sum([w * (a - b) for w, a, b in zip(weights, c, c_i)])
+
+
+def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
+  """FedDyn's dynamic regularizer (Acar et al., Algorithm 1).
+
+  -<g_k, w> + (alpha/2) ||w - w_t||^2, gradient -g_k + alpha (w - w_t),
+  where w_t is the broadcast model and g_k (the client's
+  `client_state['local_gradient']`) its gradient of L_k at the end of its
+  previous round, 0 before its first.
+
+  Args:
+    weights: The trainable variables, in model order.
+    broadcast: A mapping with `model_weights` (w_t) and `client_state`.
+    learning_rate: Unused.
+    alpha: The regularization strength, > 0.
+
+  Returns:
+    A scalar tensor.
+  """
+  del learning_rate
+  anchor = client_work.model_weights_of(broadcast).trainable
+  g = broadcast[CLIENT_STATE_KEY][LOCAL_GRADIENT_KEY]
+  return _sum([
+      0.5 * alpha * tf.square(w - a) - gk * w
+      for w, a, gk in zip(weights, anchor, g)
+  ])
 
 
 def effective_client_control_variate(broadcast):

@@ -8,3 +8,5 @@ from tff_opt.algorithms.fed_for import build_fed_for
 from tff_opt.algorithms.fed_curv import build_fed_curv
 from tff_opt.algorithms.scaffold import build_scaffold
 from tff_opt.algorithms.fed_ptr import build_fed_ptr
+from tff_opt.algorithms.fed_dyn import build_fed_dyn
+from tff_opt.algorithms.fed_bn import build_fed_bn

@@ -50,12 +50,12 @@ import tensorflow_federated as tff
 from tff_opt import aggregators
 from tff_opt import client_states
 from tff_opt import client_work as client_work_lib
-from tff_opt import composers
 from tff_opt import distributors
 from tff_opt import finalizers
 from tff_opt import penalties
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import recipe as recipe_lib
 
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
@@ -155,88 +155,103 @@ def build_fed_curv(
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   _common.check_non_negative('lam', lam)
-  _common.check_optimizers(client_optimizer_fn, server_optimizer_fn)
-  initial_weights_fn = _common.initial_model_weights_fn(model_fn)
-  weights_type = initial_weights_fn.type_signature.result
+  return recipe_lib.assemble(
+      model_fn,
+      functools.partial(fed_curv_recipe, lam=lam,
+                        server_optimizer_fn=server_optimizer_fn,
+                        cross_silo=cross_silo),
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting,
+      client_lr_schedule=client_lr_schedule)
+
+
+def fed_curv_recipe(
+    weights_type: tff.Type,
+    *,
+    lam: float,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    cross_silo: bool = False,
+) -> recipe_lib.Recipe:
+  """FedCurv's parts (see the module docstring), for `recipe.assemble`.
+
+  The finalizer keeps u = sum_j diag(F_j) and v = sum_j diag(F_j) * w_j
+  (plain sums over the round's clients) next to the server optimizer's
+  state, and the distributor broadcasts them with w_t; the clients report
+  their delta plus F_k and F_k * w_k (`_fisher_report`), averaged (delta)
+  and summed (the rest) by `aggregators.mean_delta_sum_rest`.
+  """
   zeros = tff_types.zeros_of(weights_type.trainable)
   vector_type = tff_types.type_of(zeros)
-
   broadcast_entries = [
       (client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
       (penalties.FISHER_SUM_KEY, vector_type),
       (penalties.FISHER_WEIGHT_SUM_KEY, vector_type),
   ]
+  initial_extras = collections.OrderedDict([
+      (penalties.FISHER_SUM_KEY, zeros),
+      (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
+  ])
   if cross_silo:
     broadcast_entries += [(ROUND_NUM_KEY, tff.TensorType(np.int32)),
                           (SOURCE_ROUND_KEY, tff.TensorType(np.int32))]
+    initial_extras[ROUND_NUM_KEY] = np.int32(0)
+    initial_extras[SOURCE_ROUND_KEY] = np.int32(-1)
   broadcast_type = tff.StructWithPythonType(broadcast_entries,
                                             collections.OrderedDict)
-  if cross_silo:
-    initial_client_state = collections.OrderedDict([
-        (FISHER_KEY, tff_types.zeros_of(vector_type)),
-        (FISHER_WEIGHTS_KEY, tff_types.zeros_of(vector_type)),
-        (CLIENT_ROUND_KEY, np.int32(-1)),
-    ])
-    client_broadcast_type = client_states.client_broadcast_type(
-        broadcast_type, tff_types.type_of(initial_client_state))
-    penalty = functools.partial(elastic_excluding_own, lam=lam)
-  else:
-    client_broadcast_type = broadcast_type
-    penalty = functools.partial(penalties.elastic, lam=lam)
-
-  client_work = client_work_lib.build_local_training(
-      model_fn,
-      client_optimizer_fn,
-      penalty=penalty,
-      broadcast_type=client_broadcast_type,
-      client_weighting=client_weighting,
-      learning_rate_schedule=client_lr_schedule,
-      report_fn=_fisher_report)
-  update_type = client_work.next.type_signature.result.result.member
-  aggregator = aggregators.mean_delta_sum_rest(update_type.update,
-                                               update_type.update_weight)
 
   def update_extras(extras, aggregate):
     sums = aggregate[aggregators.SUMS_KEY]
-    return collections.OrderedDict([
+    updated = collections.OrderedDict([
         (penalties.FISHER_SUM_KEY, sums[FISHER_KEY]),
         (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
-        (ROUND_NUM_KEY, extras[ROUND_NUM_KEY] + 1),
-        (SOURCE_ROUND_KEY, extras[ROUND_NUM_KEY]),
     ])
+    if cross_silo:
+      updated[ROUND_NUM_KEY] = extras[ROUND_NUM_KEY] + 1
+      updated[SOURCE_ROUND_KEY] = extras[ROUND_NUM_KEY]
+    return updated
 
-  finalizer = finalizers.apply_optimizer_with_extras(
-      server_optimizer_fn,
-      weights_type,
-      aggregator.next.type_signature.result.result.member,
-      initial_extras=collections.OrderedDict([
-          (penalties.FISHER_SUM_KEY, zeros),
-          (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
-          (ROUND_NUM_KEY, np.int32(0)),
-          (SOURCE_ROUND_KEY, np.int32(-1)),
-      ]),
-      update_extras=update_extras)
+  def finalizer_fn(aggregate_type):
+    return finalizers.apply_optimizer_with_extras(
+        server_optimizer_fn, weights_type, aggregate_type,
+        initial_extras=initial_extras, update_extras=update_extras)
 
   def broadcast_extras(finalizer_state):
     extras = finalizer_state[finalizers.EXTRAS_KEY]
     names = [name for name, _ in broadcast_entries[1:]]
     return collections.OrderedDict([(name, extras[name]) for name in names])
 
-  distributor = distributors.with_finalizer_state(
-      weights_type, finalizer.initialize.type_signature.result.member,
-      broadcast_extras)
-  if cross_silo:
+  def distributor_fn(finalizer_state_type):
+    return distributors.with_finalizer_state(
+        weights_type, finalizer_state_type, broadcast_extras)
 
-    def client_state_update(merged, update):
-      return collections.OrderedDict([
-          (FISHER_KEY, update[FISHER_KEY]),
-          (FISHER_WEIGHTS_KEY, update[FISHER_WEIGHTS_KEY]),
-          (CLIENT_ROUND_KEY, merged[ROUND_NUM_KEY]),
-      ])
+  parts = dict(
+      distributor_fn=distributor_fn,
+      aggregator_fn=aggregators.mean_delta_sum_rest,
+      finalizer_fn=finalizer_fn,
+      report_fn=_fisher_report)
+  if not cross_silo:
+    return recipe_lib.Recipe(
+        work_broadcast_type=broadcast_type,
+        penalty=functools.partial(penalties.elastic, lam=lam), **parts)
 
-    return client_states.compose(
-        initial_weights_fn, distributor, client_work, aggregator, finalizer,
-        initial_client_state=initial_client_state,
-        client_state_update=client_state_update)
-  return composers.compose_learning_process(
-      initial_weights_fn, distributor, client_work, aggregator, finalizer)
+  initial_client_state = collections.OrderedDict([
+      (FISHER_KEY, tff_types.zeros_of(vector_type)),
+      (FISHER_WEIGHTS_KEY, tff_types.zeros_of(vector_type)),
+      (CLIENT_ROUND_KEY, np.int32(-1)),
+  ])
+
+  def client_state_update(merged, update):
+    return collections.OrderedDict([
+        (FISHER_KEY, update[FISHER_KEY]),
+        (FISHER_WEIGHTS_KEY, update[FISHER_WEIGHTS_KEY]),
+        (CLIENT_ROUND_KEY, merged[ROUND_NUM_KEY]),
+    ])
+
+  return recipe_lib.Recipe(
+      work_broadcast_type=client_states.client_broadcast_type(
+          broadcast_type, tff_types.type_of(initial_client_state)),
+      penalty=functools.partial(elastic_excluding_own, lam=lam),
+      initial_client_state=initial_client_state,
+      client_state_update=client_state_update,
+      **parts)

@@ -32,6 +32,7 @@ import tensorflow_federated as tff
 from tff_opt import distributors
 from tff_opt import penalties
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import recipe
 
 
 def build_fed_for(
@@ -69,7 +70,7 @@ def build_fed_for(
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   _common.check_non_negative('alpha', alpha)
-  return _common.build_penalized_fed_opt(
+  return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=distributors.with_previous_model,
       penalty=functools.partial(penalties.first_order_positive, alpha=alpha),

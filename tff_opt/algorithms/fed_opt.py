@@ -25,7 +25,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.algorithms import _common
+from tff_opt.algorithms import recipe
 
 
 def build_fed_opt(
@@ -62,7 +62,7 @@ def build_fed_opt(
   Raises:
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  return _common.build_penalized_fed_opt(
+  return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=tff.learning.templates.build_broadcast_process,
       penalty=None,

@@ -23,6 +23,7 @@ import tensorflow_federated as tff
 
 from tff_opt import penalties
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import recipe
 
 
 def build_fed_prox(
@@ -59,7 +60,7 @@ def build_fed_prox(
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   _common.check_non_negative('mu', mu)
-  return _common.build_penalized_fed_opt(
+  return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=tff.learning.templates.build_broadcast_process,
       penalty=functools.partial(penalties.proximal, mu=mu),

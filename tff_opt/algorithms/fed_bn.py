@@ -1,0 +1,422 @@
+"""FedBN (Li et al., "FedBN: Federated Learning on Non-IID Features via Local
+Batch Normalization"), on top of FedAvg/FedOpt, FedProx, FedFOR, FedCurv or
+FedDyn.
+
+Every batch-normalization layer stays local: its variables never leave the
+client and are never averaged; every other variable is trained and
+aggregated exactly as the base algorithm does. The FedFOR paper's
+covariate-shift tables run "X + FedBN" this way for X in FedProx, FedDyn,
+FedCurv and FedFOR.
+
+Which variables: all four of every BN layer, gamma and beta (trainable) and
+the moving mean and variance (non-trainable), as in FedBN. They are found
+through the Keras model of a `VariableModel` made by
+`tff.learning.models.from_keras_model`: every layer (nested ones included)
+that is an instance of a class named `BatchNormalization` (Keras's, and its
+subclasses), matched to the model's trainable and non-trainable variables by
+identity. A model with no such layer, or not built from Keras, is refused
+with a ValueError.
+
+One round, client k (its state `{'batch_norm': {'initialized', 'trainable',
+'non_trainable'}}`, plus `'base'`, the base algorithm's client state, when the
+base has one; kept and checkpointed by the training loop):
+
+1. It receives the base's broadcast; in every model in it (w_t, and FedFOR's
+   w_{t-1}) the BN entries are replaced by its own BN values. A client seen
+   for the first time keeps the global ones (the server's, see below).
+2. It trains as the base does: the base's penalty sees those models, so
+   FedProx's and FedDyn's anchors for BN parameters are the client's own
+   BN values, FedFOR's d = w_{t-1} - w_t is 0 on them, and FedCurv's u, v
+   are 0 there (nothing of them is ever sent).
+3. Before sending, the BN coordinates of every entry of its update shaped
+   like the trainable weights (the delta; FedCurv's F_k and F_k * w_k) are
+   set to 0, and its final BN values (read from the model after the last
+   local step, moving statistics included) are kept as its new state. The
+   base's client state (FedDyn's g_k) is updated from what is sent, so its
+   BN coordinates stay 0 (FedDyn's penalty on BN parameters is then the
+   proximal term alone).
+
+Server: the aggregate's BN coordinates are 0 (a zero pseudo-gradient), so
+with every server optimizer here (SGD, momentum, Adagrad, Adam, Yogi, all
+starting from zero moments) and FedDyn's h the server's BN trainables keep
+their initial values; TFF's finalizers never change non-trainable variables,
+so the moving statistics keep theirs too. The "global BN" a new client
+starts from is therefore the initial model's.
+
+Evaluation: the global model (`get_model_weights`) carries those initial BN
+values (gamma = 1, beta = 0, mean = 0, variance = 1 for Keras's defaults),
+and the training binary evaluates it as it is: its `eval_*` metrics are of
+the shared layers with untrained BN. FedBN's paper instead evaluates each
+client with its own BN (a personalised evaluation); the client states hold
+what that needs (`local_batch_norm_weights` puts one client's BN values into
+the global model) but the binary does not run it.
+
+Choices written down (and tested):
+- A client whose update is not finite (dropped by the client work) keeps
+  the BN values it started the round from.
+- `bytes_client_to_server` counts the delta's BN entries, sent as zeros
+  (they could be left out: an over-count by the BN parameters' bytes).
+- Bases: `fedopt`, `fedprox`, `fedfor`, `fedcurv` (its stateless variant;
+  `cross_silo` is not supported) and `feddyn`.
+"""
+
+import collections
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import client_states
+from tff_opt import client_work as client_work_lib
+from tff_opt import distributors
+from tff_opt import penalties
+from tff_opt import tff_types
+from tff_opt.algorithms import _common
+from tff_opt.algorithms import fed_curv
+from tff_opt.algorithms import fed_dyn
+from tff_opt.algorithms import fed_for
+from tff_opt.algorithms import fed_opt
+from tff_opt.algorithms import fed_prox
+from tff_opt.algorithms import recipe as recipe_lib
+
+BATCH_NORM_KEY = 'batch_norm'
+BASE_KEY = 'base'
+INITIALIZED_KEY = 'initialized'
+TRAINABLE_KEY = 'trainable'
+NON_TRAINABLE_KEY = 'non_trainable'
+# The update entry with the client's final BN values (never sent).
+LOCAL_KEY = 'local_batch_norm'
+FINITE_KEY = 'finite'
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchNormVariables:
+  """Where a model's batch-norm variables are in its `ModelWeights`.
+
+  Attributes:
+    trainable: Indices into `ModelWeights.trainable` (gamma, beta).
+    non_trainable: Indices into `ModelWeights.non_trainable` (moving mean
+      and variance).
+    names: The variables' names, trainable ones first.
+  """
+  trainable: tuple[int, ...]
+  non_trainable: tuple[int, ...]
+  names: tuple[str, ...]
+
+
+def _is_batch_norm(layer) -> bool:
+  return any(cls.__name__ == 'BatchNormalization'
+             for cls in type(layer).__mro__)
+
+
+def find_batch_norm_variables(
+    model_fn: Callable[[], tff.learning.models.VariableModel]
+) -> BatchNormVariables:
+  """Finds the variables of the model's BN layers (module docstring).
+
+  Args:
+    model_fn: A no-arg callable returning a `VariableModel` made by
+      `tff.learning.models.from_keras_model`.
+
+  Returns:
+    A `BatchNormVariables`.
+
+  Raises:
+    ValueError: If the model has no Keras model or no BatchNormalization
+      layer.
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    keras_model = getattr(model, '_keras_model', None)
+    if not isinstance(keras_model, tf.keras.Model):
+      raise ValueError(
+          'FedBN finds batch-norm layers in the Keras model of a VariableModel '
+          'made by tff.learning.models.from_keras_model; got a '
+          f'{type(model).__name__} without one.')
+    layers = [m for m in keras_model.submodules if _is_batch_norm(m)]
+    refs = {v.ref() for layer in layers for v in layer.variables}
+    trainable = tuple(i for i, v in enumerate(model.trainable_variables)
+                      if v.ref() in refs)
+    non_trainable = tuple(
+        i for i, v in enumerate(model.non_trainable_variables)
+        if v.ref() in refs)
+    names = tuple([model.trainable_variables[i].name for i in trainable] +
+                  [model.non_trainable_variables[i].name
+                   for i in non_trainable])
+  if not trainable and not non_trainable:
+    raise ValueError('FedBN needs a model with a BatchNormalization layer; '
+                     f'the model {keras_model.name!r} has none.')
+  return BatchNormVariables(trainable, non_trainable, names)
+
+
+def local_batch_norm_weights(
+    model_weights: tff.learning.models.ModelWeights, client_state: Any,
+    variables: BatchNormVariables) -> tff.learning.models.ModelWeights:
+  """The global model with one client's own BN values (NumPy).
+
+  Args:
+    model_weights: The global model's weights.
+    client_state: A FedBN client state (`{'batch_norm': ...}`).
+    variables: From `find_batch_norm_variables`.
+
+  Returns:
+    `ModelWeights` whose BN entries are the client's (the global ones when
+    the client has none yet).
+  """
+  own = client_state[BATCH_NORM_KEY]
+  if not bool(np.asarray(own[INITIALIZED_KEY])):
+    return model_weights
+  trainable = list(model_weights.trainable)
+  non_trainable = list(model_weights.non_trainable)
+  for value, i in zip(own[TRAINABLE_KEY], variables.trainable):
+    trainable[i] = np.asarray(value)
+  for value, i in zip(own[NON_TRAINABLE_KEY], variables.non_trainable):
+    non_trainable[i] = np.asarray(value)
+  return tff.learning.models.ModelWeights(trainable, non_trainable)
+
+
+# --- FedBN as a transformation of a base recipe ------------------------------
+
+
+def _bn_entries(model_weights, variables):
+  return collections.OrderedDict([
+      (TRAINABLE_KEY, [model_weights.trainable[i]
+                       for i in variables.trainable]),
+      (NON_TRAINABLE_KEY, [model_weights.non_trainable[i]
+                           for i in variables.non_trainable]),
+  ])
+
+
+def _with_own_batch_norm(value, own, variables):
+  """Every `ModelWeights` inside `value` with the client's BN entries."""
+  if isinstance(value, tff.learning.models.ModelWeights):
+    initialized = own[INITIALIZED_KEY]
+    trainable = list(value.trainable)
+    non_trainable = list(value.non_trainable)
+    for mine, i in zip(own[TRAINABLE_KEY], variables.trainable):
+      trainable[i] = tf.where(initialized, mine, trainable[i])
+    for mine, i in zip(own[NON_TRAINABLE_KEY], variables.non_trainable):
+      non_trainable[i] = tf.where(initialized, mine, non_trainable[i])
+    return tff.learning.models.ModelWeights(trainable, non_trainable)
+  if isinstance(value, Mapping):
+    return collections.OrderedDict([
+        (k, _with_own_batch_norm(v, own, variables)) for k, v in value.items()
+    ])
+  return value
+
+
+def _mask(value, variables, num_trainable):
+  """Zeroes the BN coordinates of a list shaped like the trainables."""
+  if isinstance(value, (list, tuple)) and len(value) == num_trainable:
+    return [tf.zeros_like(t) if i in variables.trainable else t
+            for i, t in enumerate(value)]
+  return value
+
+
+def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
+                          variables: BatchNormVariables) -> recipe_lib.Recipe:
+  """The FedBN recipe over `base` (see the module docstring).
+
+  Args:
+    base: The base algorithm's recipe.
+    weights_type: The model's `ModelWeights` type.
+    variables: The BN variables, from `find_batch_norm_variables`.
+
+  Returns:
+    A `recipe.Recipe` with client state.
+  """
+  if base.to_server is not None:
+    raise ValueError('FedBN cannot wrap a recipe that already maps its '
+                     'update before sending it.')
+  num_trainable = len(weights_type.trainable)
+  bn_state = collections.OrderedDict([
+      (INITIALIZED_KEY, np.bool_(False)),
+      (TRAINABLE_KEY, [tff_types.zeros_of(weights_type.trainable[i])
+                       for i in variables.trainable]),
+      (NON_TRAINABLE_KEY, [tff_types.zeros_of(weights_type.non_trainable[i])
+                           for i in variables.non_trainable]),
+  ])
+  stateful_base = base.initial_client_state is not None
+  initial_state = collections.OrderedDict([(BATCH_NORM_KEY, bn_state)])
+  if stateful_base:
+    initial_state[BASE_KEY] = base.initial_client_state
+
+  def client_input_fn(broadcast, state):
+    received = _with_own_batch_norm(broadcast, state[BATCH_NORM_KEY],
+                                    variables)
+    if not stateful_base:
+      return received
+    if base.client_input_fn is not None:
+      return base.client_input_fn(received, state[BASE_KEY])
+    items = (list(received.items()) if isinstance(received, Mapping) else
+             list(received._asdict().items()))
+    return collections.OrderedDict(
+        items + [(client_states.CLIENT_STATE_KEY, state[BASE_KEY])])
+
+  def report_fn(model, dataset, broadcast, **kwargs):
+    extras = collections.OrderedDict()
+    if base.report_fn is not None:
+      extras.update(base.report_fn(model, dataset, broadcast, **kwargs))
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    local = _bn_entries(
+        tf.nest.map_structure(lambda v: v.read_value(), weights), variables)
+    local[FINITE_KEY] = tf.constant(1.0)
+    extras[LOCAL_KEY] = local
+    return extras
+
+  def to_server(update):
+    sent = [(k, _mask(v, variables, num_trainable))
+            for k, v in update.items() if k != LOCAL_KEY]
+    if len(sent) == 1:  # The base sends its delta alone.
+      return sent[0][1]
+    return collections.OrderedDict(sent)
+
+  def client_state_update(merged, update):
+    local = update[LOCAL_KEY]
+    start = _bn_entries(client_work_lib.model_weights_of(merged), variables)
+    finite = local[FINITE_KEY] > 0
+    new_state = collections.OrderedDict([(BATCH_NORM_KEY,
+                                          collections.OrderedDict([
+        (INITIALIZED_KEY, tf.constant(True)),
+        (TRAINABLE_KEY, [tf.where(finite, a, b) for a, b in zip(
+            local[TRAINABLE_KEY], start[TRAINABLE_KEY])]),
+        (NON_TRAINABLE_KEY, [tf.where(finite, a, b) for a, b in zip(
+            local[NON_TRAINABLE_KEY], start[NON_TRAINABLE_KEY])]),
+    ]))])
+    if stateful_base:
+      new_state[BASE_KEY] = base.client_state_update(merged,
+                                                     to_server(update))
+    return new_state
+
+  return dataclasses.replace(
+      base,
+      report_fn=report_fn,
+      initial_client_state=initial_state,
+      client_state_update=client_state_update,
+      client_input_fn=client_input_fn,
+      to_server=to_server)
+
+
+# --- The base algorithms FedBN composes with ---------------------------------
+
+
+def _base_recipe_fn(name, hparams, server_optimizer_fn):
+  """Validates the base's hyper-parameters; returns weights type -> recipe."""
+  expected = {'fedopt': (), 'fedprox': ('mu',), 'fedfor': ('alpha',),
+              'fedcurv': ('lam',), 'feddyn': ('alpha', 'num_clients')}[name]
+  if sorted(hparams) != sorted(expected):
+    raise ValueError(
+        f'FedBN over {name} takes the hyper-parameters '
+        f'{", ".join(expected) or "(none)"}; got '
+        f'{", ".join(sorted(hparams)) or "(none)"}.')
+  if name == 'fedopt':
+    return functools.partial(
+        recipe_lib.penalized_fed_opt,
+        distributor_fn=tff.learning.templates.build_broadcast_process,
+        penalty=None, server_optimizer_fn=server_optimizer_fn)
+  if name == 'fedprox':
+    _common.check_non_negative('mu', hparams['mu'])
+    return functools.partial(
+        recipe_lib.penalized_fed_opt,
+        distributor_fn=tff.learning.templates.build_broadcast_process,
+        penalty=functools.partial(penalties.proximal, mu=hparams['mu']),
+        server_optimizer_fn=server_optimizer_fn)
+  if name == 'fedfor':
+    _common.check_non_negative('alpha', hparams['alpha'])
+    return functools.partial(
+        recipe_lib.penalized_fed_opt,
+        distributor_fn=distributors.with_previous_model,
+        penalty=functools.partial(penalties.first_order_positive,
+                                  alpha=hparams['alpha']),
+        server_optimizer_fn=server_optimizer_fn)
+  if name == 'fedcurv':
+    _common.check_non_negative('lam', hparams['lam'])
+    return functools.partial(fed_curv.fed_curv_recipe, lam=hparams['lam'],
+                             server_optimizer_fn=server_optimizer_fn)
+  fed_dyn.check_alpha(hparams['alpha'])
+  fed_dyn.check_num_clients(hparams['num_clients'])
+  return functools.partial(fed_dyn.fed_dyn_recipe, alpha=hparams['alpha'],
+                           num_clients=hparams['num_clients'],
+                           server_optimizer_fn=server_optimizer_fn)
+
+
+BASES = {
+    'fedopt': fed_opt.build_fed_opt,
+    'fedprox': fed_prox.build_fed_prox,
+    'fedfor': fed_for.build_fed_for,
+    'fedcurv': fed_curv.build_fed_curv,
+    'feddyn': fed_dyn.build_fed_dyn,
+}
+
+
+def build_fed_bn(
+    base: Union[str, Callable[..., Any]],
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    **base_hparams,
+) -> client_states.ClientStatefulProcess:
+  """Builds `base` + FedBN: BN layers local to each client (module docstring).
+
+  Args:
+    base: The base algorithm: one of `BASES`' names (`'fedopt'`,
+      `'fedprox'`, `'fedfor'`, `'fedcurv'`, `'feddyn'`) or its builder
+      (e.g. `tff_opt.algorithms.build_fed_prox`).
+    model_fn: A no-arg callable returning a new `VariableModel` made by
+      `tff.learning.models.from_keras_model`, with BatchNormalization.
+    client_optimizer_fn: The client's optimizer.
+    server_optimizer_fn: The server's optimizer.
+    client_weighting: As for the base builder; `None` takes the base
+      builder's default (`UNIFORM` for FedDyn, else `NUM_EXAMPLES`).
+    client_lr_schedule: Optional round number -> client learning rate.
+    **base_hparams: The base builder's hyper-parameters, under its argument
+      names: `mu` (fedprox), `alpha` (fedfor), `lam` (fedcurv), `alpha`
+      and `num_clients` (feddyn).
+
+  Returns:
+    A `client_states.ClientStatefulProcess`; client state
+    `{'batch_norm': ..., ['base': ...]}`.
+
+  Raises:
+    ValueError: If `base` is not supported, a hyper-parameter is missing,
+      unexpected or out of range, or the model has no BatchNormalization
+      layer.
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  names = {builder: name for name, builder in BASES.items()}
+  name = base if isinstance(base, str) else names.get(base)
+  if name not in BASES:
+    raise ValueError(f'FedBN does not support base {base!r}; supported: '
+                     f'{", ".join(BASES)}.')
+  base_recipe_fn = _base_recipe_fn(name, base_hparams, server_optimizer_fn)
+  variables = find_batch_norm_variables(model_fn)
+  if client_weighting is None:
+    client_weighting = (tff.learning.ClientWeighting.UNIFORM
+                        if name == 'feddyn' else
+                        tff.learning.ClientWeighting.NUM_EXAMPLES)
+
+  def recipe_fn(weights_type):
+    return with_local_batch_norm(base_recipe_fn(weights_type), weights_type,
+                                 variables)
+
+  return recipe_lib.assemble(
+      model_fn, recipe_fn,
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting,
+      client_lr_schedule=client_lr_schedule)
+
+
+def build_fed_bn_from_flags(base: str, model_fn, *,
+                            feddyn_alpha: Optional[float] = None, **kwargs):
+  """`build_fed_bn` under the training binary's flag names."""
+  if feddyn_alpha is not None:
+    kwargs['alpha'] = feddyn_alpha
+  return build_fed_bn(base, model_fn, **kwargs)
