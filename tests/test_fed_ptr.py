@@ -44,6 +44,9 @@ def test_mu_zero_is_fed_avg_with_mtt_running():
   ran = [int(o.metrics['distributor']['mtt_ran']) for o in outputs]
   assert ran == [0, 1, 1]  # No w_{t-1} in round 1.
   assert float(outputs[1].metrics['distributor']['mtt_loss']) > 0.0
+  client_cosine = float(outputs[0].metrics['aggregator'][
+      'client_global_cosine'])
+  assert 0.0 < client_cosine <= 1.0
   assert float(outputs[0].metrics['distributor']['mtt_loss']) == 0.0
   # The cosine of Figure 2 is defined from round 3 on, and is a cosine.
   cosine = float(outputs[2].metrics['distributor']['auxiliary_global_cosine'])
@@ -103,9 +106,9 @@ def test_rejects_bad_hyper_parameters():
   with pytest.raises(ValueError, match=r'^mtt_inner_steps must be an integer '
                      r'>= 1, got 0\.$'):
     _build(MU, mtt_inner_steps=0)
-  with pytest.raises(ValueError, match=r"^side must be 'server' \(client-side "
-                     r"FedPTR is not implemented\), got 'client'\.$"):
-    _build(MU, side='client')
+  with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
+                     r"got 'clients'\.$"):
+    _build(MU, side='clients')
 
 
 def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):

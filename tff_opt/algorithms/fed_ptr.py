@@ -1,4 +1,4 @@
-"""FedPTR-S: projected trajectory regularization with server-side MTT.
+"""FedPTR and FedPTR-S: projected trajectory regularization with MTT.
 
 FedPTR (the paper's Algorithms 1-3) pulls each client toward a *projected*
 next global model w~_{t+1} instead of the current one. Server-side FedPTR-S,
@@ -18,8 +18,17 @@ at the start of round t (with w_{t-1} the model it broadcast last round):
    and the round ends as FedAvg's (example-weighted mean delta, server
    optimizer).
 
+Client-side FedPTR (`side='client'`, Algorithm 2): the server broadcasts
+{'model_weights': w_t, 'previous_model_weights': w_{t-1}, 'has_previous'}
+(`distributors.with_previous_model`, FedFOR's two-model broadcast) and every
+sampled client, before its local training (`client_work`'s `prepare_fn`
+pre-pass, inside the client's TF computation), runs steps 1-2 itself:
+D_syn starts from its own data (`client_synthetic_images`), alpha_syn from
+`mtt_init_lr`, `mtt_outer_steps` MTT updates match (w_{t-1} -> w_t), and P
+projection steps give its own w~_{t+1}; step 3 is then the same penalty.
+
 Choices the paper leaves open (each written here and tested in
-tests/test_fed_ptr.py):
+tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
 - Layer-adaptive mu (its formula is missing from our copy of the paper). A
   "layer" is one trainable variable (a kernel or a bias). With
   d_l = ||w~_{t+1,l} - w_{t,l}|| the projected update norm of layer l and L
@@ -56,18 +65,37 @@ tests/test_fed_ptr.py):
 - w_{t-1} is the model this process broadcast in the round before (after a
   rejected round, w_{t-1} = w_t and the matching loss's denominator is
   floored, see `tff_opt.mtt`).
+- Client side, D_syn's initialisation: slot i of class c holds the i-th
+  example of class c in one pass over the client's dataset (its order, so
+  a shuffled dataset gives a random pick; with several local epochs an
+  example met again fills another slot); slots with no real example
+  (classes the client lacks, or the tail of a class with fewer than
+  `images_per_class` examples) hold N(0, 1) noise from `seed`, the same
+  noise on every client and in every round (TFF clients are anonymous and
+  stateless, so there is nothing else to seed from).
+- Client side, clients keep nothing between rounds: each MTT run starts
+  afresh from the initialisation above and alpha_syn = `mtt_init_lr`, so
+  `update_every` must be 1. The same divergence guards apply per client
+  (a rejected run projects with the initial D_syn and alpha_syn).
+- Client side, first round (`has_previous` false): no MTT, w~_1 = w_0, the
+  round is FedProx toward w_t.
 
-Diagnostics, reported under `distributor` each round: `mtt_loss` (the
+Diagnostics. FedPTR-S reports them under `distributor` each round; client-
+side FedPTR reports `mtt_loss`, `synthetic_lr`, `mtt_seconds`, `mtt_ran`,
+`mtt_rejected` and `projection_non_finite` averaged over the round's clients
+(plain mean) under `client_work/prepare`. FedPTR-S's: `mtt_loss` (the
 matching loss at the last outer step; 0 when MTT did not run),
 `synthetic_lr` (alpha_syn after this round's MTT), `mtt_seconds` (server
 time spent in MTT and projection), `mtt_ran` (1 when MTT ran),
-`mtt_rejected` and `projection_non_finite` (the guards below) and
+`mtt_rejected` and `projection_non_finite` (the guards above) and
 `auxiliary_global_cosine`: the cosine between the previous round's auxiliary
 direction w_{t-1} - w~_t and the realised global update w_{t-1} - w_t (the
 paper's Figure 2; 0 until there is a previous projection).
 
-Not implemented here: client-side FedPTR (`side='client'`, MTT on every
-sampled client from its own data) and the client-vs-global cosine.
+Both sides also report, under `aggregator`, `client_global_cosine`: the
+mean over clients of cos(Delta_k, Delta_bar) between each client's update
+and the round's mean update (`aggregators.ClientCosineFactory`; the other
+curve of Figure 2), unless `report_client_cosine=False`.
 """
 
 import collections
@@ -79,10 +107,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import aggregators
 from tff_opt import client_work as client_work_lib
+from tff_opt import distributors
 from tff_opt import mtt
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import recipe
 
 PROJECTED_MODEL_KEY = 'projected_model_weights'
 PREVIOUS_MODEL_KEY = 'previous_model_weights'
@@ -94,7 +125,7 @@ SYNTHETIC_LR_KEY = 'synthetic_lr'
 MATCHING_ROUNDS_KEY = 'matching_rounds'
 MTT_UPDATES_KEY = 'mtt_updates'
 
-_SIDES = ('server',)
+_SIDES = ('server', 'client')
 
 
 def _norm(tensor) -> tf.Tensor:
@@ -163,6 +194,41 @@ def _model_shapes(model_fn):
             int(logits.shape[-1]))
 
 
+def _guarded_distill(forward, previous, current, images, labels, lr, *,
+                     outer_steps, inner_steps, image_lr, lr_lr):
+  """`mtt.distill`, rejected when it diverges (see the module docstring).
+
+  Returns:
+    `(images, lr, last matching loss (float32), rejected (int32 0/1))`; a
+    rejected run returns the images and step size it started from.
+  """
+  new_images, new_lr, _, last_loss = mtt.distill(
+      forward, previous, current, images, labels, lr,
+      outer_steps=outer_steps, inner_steps=inner_steps, image_lr=image_lr,
+      lr_lr=lr_lr)
+  last_loss = tf.cast(last_loss, tf.float32)
+  accepted = tf.logical_and(
+      tf.logical_and(tf.reduce_all(tf.math.is_finite(new_images)),
+                     tf.math.is_finite(last_loss)),
+      tf.logical_and(tf.math.is_finite(new_lr), new_lr > 0.0))
+  return (tf.where(accepted, new_images, images),
+          tf.where(accepted, new_lr, tf.cast(lr, new_lr.dtype)), last_loss,
+          tf.cast(tf.logical_not(accepted), tf.int32))
+
+
+def _guarded_projection(forward, current, images, labels, lr,
+                        projection_steps, has_previous):
+  """w~_{t+1} (w_t without a previous model or if non-finite), finite flag."""
+  projected = tf.cond(
+      has_previous,
+      lambda: mtt.train_steps(forward, current, images, labels, lr,
+                              projection_steps),
+      lambda: [tf.identity(c) for c in current])
+  finite = tf.reduce_all(
+      [tf.reduce_all(tf.math.is_finite(p)) for p in projected])
+  return [tf.where(finite, p, c) for p, c in zip(projected, current)], finite
+
+
 def _server_projection(model_fn, weights_type, *, images_per_class,
                        mtt_outer_steps, mtt_inner_steps, projection_steps,
                        update_every, mtt_init_lr, mtt_image_lr, mtt_lr_lr,
@@ -206,19 +272,11 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
     run_mtt = tf.logical_and(has_previous, due)
 
     def matched():
-      new_images, new_lr, _, last_loss = mtt.distill(
+      return _guarded_distill(
           forward, previous, current, state[IMAGES_KEY], labels,
           state[SYNTHETIC_LR_KEY], outer_steps=mtt_outer_steps,
           inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
           lr_lr=mtt_lr_lr)
-      last_loss = tf.cast(last_loss, tf.float32)
-      accepted = tf.logical_and(
-          tf.logical_and(tf.reduce_all(tf.math.is_finite(new_images)),
-                         tf.math.is_finite(last_loss)),
-          tf.logical_and(tf.math.is_finite(new_lr), new_lr > 0.0))
-      return (tf.where(accepted, new_images, state[IMAGES_KEY]),
-              tf.where(accepted, new_lr, state[SYNTHETIC_LR_KEY]), last_loss,
-              tf.cast(tf.logical_not(accepted), tf.int32))
 
     def kept():
       return (tf.identity(state[IMAGES_KEY]),
@@ -228,15 +286,9 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
     start_time = tf.timestamp()
     with tf.control_dependencies([start_time]):
       images, lr, loss, rejected = tf.cond(run_mtt, matched, kept)
-      projected = tf.cond(
-          has_previous,
-          lambda: mtt.train_steps(forward, current, images, labels, lr,
-                                  projection_steps),
-          lambda: [tf.identity(c) for c in current])
-      projection_finite = tf.reduce_all(
-          [tf.reduce_all(tf.math.is_finite(p)) for p in projected])
-      projected = [tf.where(projection_finite, p, c)
-                   for p, c in zip(projected, current)]
+      projected, projection_finite = _guarded_projection(
+          forward, current, images, labels, lr, projection_steps,
+          has_previous)
     with tf.control_dependencies([loss, lr] + list(projected)):
       seconds = tf.timestamp() - start_time
     # Figure 2: cos(w_{t-1} - w~_t, w_{t-1} - w_t).
@@ -289,6 +341,126 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
   return tff.learning.templates.DistributionProcess(init_fn, next_fn)
 
 
+def _inputs_and_labels(element):
+  if isinstance(element, Mapping):
+    return element['x'], element['y']
+  return element[0], element[1]
+
+
+def client_synthetic_images(dataset: tf.data.Dataset, *, num_classes: int,
+                            images_per_class: int, input_shape,
+                            dtype=tf.float32, seed: int = 0):
+  """Client-side FedPTR's initial D_syn: own real images, noise elsewhere.
+
+  Slot `c * images_per_class + i` of the result holds the i-th example of
+  class c met in one pass over `dataset` (batches of `(x, y)` or
+  `{'x', 'y'}`), in dataset order; slots left without a real example (every
+  slot of a class the client lacks, and the tail of a class with fewer than
+  `images_per_class` examples) keep standard-normal noise drawn from
+  `seed`. The pass goes over the dataset as given, epochs included, so a
+  class with fewer distinct examples than `images_per_class` in one epoch
+  fills further slots with its examples seen again in later epochs. Labels
+  outside [0, num_classes) are ignored.
+
+  Args:
+    dataset: The client's batched dataset.
+    num_classes: Number of classes C.
+    images_per_class: Images per class.
+    input_shape: Shape of one image (without the batch dimension).
+    dtype: The images' dtype.
+    seed: Seed of the noise (`tf.random.stateless_normal`).
+
+  Returns:
+    `(images [C * images_per_class, *input_shape], real_counts [C] int32)`,
+    `real_counts[c]` being how many slots of class c hold real examples.
+  """
+  shape = [num_classes * images_per_class] + list(input_shape)
+  noise = tf.random.stateless_normal(
+      shape, seed=tf.constant([seed, 0], tf.int64), dtype=dtype)
+
+  def add(state, element):
+    images, counts = state
+    x, y = _inputs_and_labels(element)
+    label = tf.reshape(tf.cast(y, tf.int32), [-1])[0]
+    valid = tf.logical_and(label >= 0, label < num_classes)
+    label = tf.where(valid, label, 0)
+    count = counts[label]
+    take = tf.logical_and(valid, count < images_per_class)
+    slot = label * images_per_class + tf.minimum(count,
+                                                 images_per_class - 1)
+    images = tf.cond(
+        take,
+        lambda: tf.tensor_scatter_nd_update(
+            images, [[slot]], tf.cast(tf.reshape(x, [1] + list(input_shape)),
+                                      dtype)),
+        lambda: images)
+    counts = tf.tensor_scatter_nd_add(counts, [[label]],
+                                      [tf.cast(take, tf.int32)])
+    return images, counts
+
+  return dataset.unbatch().reduce(
+      (noise, tf.zeros([num_classes], tf.int32)), add)
+
+
+def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
+                    mtt_inner_steps, projection_steps, mtt_init_lr,
+                    mtt_image_lr, mtt_lr_lr, seed):
+  """Client-side FedPTR's pre-pass (`client_work` `prepare_fn`)."""
+  input_shape, input_dtype, num_classes = _model_shapes(model_fn)
+
+  def prepare(broadcast, dataset):
+    forward = mtt.forward_from_model_fn(model_fn)
+    labels = mtt.synthetic_labels(num_classes, images_per_class)
+    current = list(client_work_lib.model_weights_of(broadcast).trainable)
+    previous = list(broadcast[distributors.PREVIOUS_MODEL_KEY].trainable)
+    has_previous = tf.convert_to_tensor(
+        broadcast[distributors.HAS_PREVIOUS_KEY])
+
+    def matched():
+      images, _ = client_synthetic_images(
+          dataset, num_classes=num_classes, images_per_class=images_per_class,
+          input_shape=input_shape, dtype=input_dtype, seed=seed)
+      images, lr, loss, rejected = _guarded_distill(
+          forward, previous, current, images, labels,
+          tf.constant(mtt_init_lr, input_dtype), outer_steps=mtt_outer_steps,
+          inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
+          lr_lr=mtt_lr_lr)
+      projected = mtt.train_steps(forward, current, images, labels, lr,
+                                  projection_steps)
+      return projected, tf.cast(lr, tf.float32), loss, rejected
+
+    def skipped():
+      return ([tf.identity(c) for c in current],
+              tf.constant(mtt_init_lr, tf.float32), tf.constant(0.0),
+              tf.constant(0))
+
+    start_time = tf.timestamp()
+    with tf.control_dependencies([start_time]):
+      projected, lr, loss, rejected = tf.cond(has_previous, matched, skipped)
+      finite = tf.reduce_all(
+          [tf.reduce_all(tf.math.is_finite(p)) for p in projected])
+      projected = [tf.where(finite, p, c) for p, c in zip(projected, current)]
+    with tf.control_dependencies([loss, lr] + projected):
+      seconds = tf.timestamp() - start_time
+    extended = collections.OrderedDict(
+        [(name, broadcast[name]) for name in (
+            client_work_lib.MODEL_WEIGHTS_KEY, distributors.PREVIOUS_MODEL_KEY,
+            distributors.HAS_PREVIOUS_KEY)] +
+        [(PROJECTED_MODEL_KEY, projected)])
+    diagnostics = collections.OrderedDict([
+        ('mtt_loss', loss),
+        ('synthetic_lr', lr),
+        ('mtt_seconds', tf.cast(seconds, tf.float32)),
+        ('mtt_ran', tf.cast(has_previous, tf.float32)),
+        ('mtt_rejected', tf.cast(rejected, tf.float32)),
+        ('projection_non_finite',
+         tf.cast(tf.logical_not(finite), tf.float32)),
+    ])
+    return extended, diagnostics
+
+  return prepare
+
+
 def _check_positive_int(name, value, minimum=1):
   if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
     raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}.')
@@ -311,6 +483,7 @@ def build_fed_ptr(
     mtt_image_lr: float = 100.0,
     mtt_lr_lr: float = 1e-4,
     seed: int = 0,
+    report_client_cosine: bool = True,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
@@ -326,18 +499,23 @@ def build_fed_ptr(
     mu: The base regularisation strength, >= 0 (0 is FedAvg).
     client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`.
     server_optimizer_fn: The server's optimizer.
-    side: Where MTT runs; only 'server' (FedPTR-S) is implemented.
+    side: Where MTT runs: 'server' (FedPTR-S) or 'client' (FedPTR).
     images_per_class: Synthetic images per class (the paper: 10 for 10
       classes, 2 for 100).
     mtt_outer_steps: MTT updates of D_syn per MTT run, >= 0.
     mtt_inner_steps: N, unrolled student steps, >= 1.
     projection_steps: P, SGD steps on D_syn from w_t, >= 0.
     layer_adaptive: Layer-adaptive mu_l (True) or mu for every layer.
-    update_every: Run MTT every this many rounds; 0 runs it once.
+    update_every: Run MTT every this many rounds; 0 runs it once
+      (server side only: with side='client' it must be 1).
     mtt_init_lr: Initial alpha_syn, > 0.
     mtt_image_lr: Gradient-descent step of the synthetic images, >= 0.
     mtt_lr_lr: Gradient-descent step of alpha_syn, >= 0.
     seed: Seed of the initial noise images.
+    report_client_cosine: Wrap the delta aggregator in
+      `aggregators.ClientCosineFactory`, reporting the mean cosine between
+      the clients' updates and their mean (`aggregator/
+      client_global_cosine`).
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
     client_lr_schedule: Optional round number -> client learning rate.
     model_aggregator: Weighted aggregation factory for the deltas;
@@ -345,17 +523,18 @@ def build_fed_ptr(
 
   Returns:
     A `tff.learning.templates.LearningProcess`; its metrics include the
-    diagnostics under `distributor` and `communication/{bytes_server_to_
+    diagnostics (under `distributor` for FedPTR-S, client-averaged under
+    `client_work/prepare` for FedPTR) and `communication/{bytes_server_to_
     client, bytes_client_to_server}`.
 
   Raises:
-    ValueError: If a hyper-parameter is out of range (the message names it)
-      or `side` is not 'server'.
+    ValueError: If a hyper-parameter is out of range (the message names it),
+      `side` is neither 'server' nor 'client', or `update_every` is not 1
+      with side='client'.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   if side not in _SIDES:
-    raise ValueError("side must be 'server' (client-side FedPTR is not "
-                     f'implemented), got {side!r}.')
+    raise ValueError(f"side must be 'server' or 'client', got {side!r}.")
   _common.check_non_negative('mu', mu)
   _check_positive_int('images_per_class', images_per_class)
   _check_positive_int('mtt_outer_steps', mtt_outer_steps, minimum=0)
@@ -367,6 +546,30 @@ def build_fed_ptr(
     raise ValueError(f'mtt_init_lr must be positive, got {mtt_init_lr!r}.')
   _common.check_non_negative('mtt_image_lr', mtt_image_lr)
   _common.check_non_negative('mtt_lr_lr', mtt_lr_lr)
+  if side == 'client' and update_every != 1:
+    raise ValueError("update_every must be 1 with side='client' (clients "
+                     f'keep no synthetic set between rounds), got '
+                     f'{update_every!r}.')
+  penalty = functools.partial(projected_proximal, mu=mu,
+                              layer_adaptive=layer_adaptive)
+  if report_client_cosine:
+    model_aggregator = aggregators.ClientCosineFactory(model_aggregator)
+  if side == 'client':
+    return recipe.build_penalized_fed_opt(
+        model_fn,
+        distributor_fn=distributors.with_previous_model,
+        penalty=penalty,
+        prepare_fn=_client_prepare(
+            model_fn, images_per_class=images_per_class,
+            mtt_outer_steps=mtt_outer_steps, mtt_inner_steps=mtt_inner_steps,
+            projection_steps=projection_steps, mtt_init_lr=mtt_init_lr,
+            mtt_image_lr=mtt_image_lr, mtt_lr_lr=mtt_lr_lr, seed=seed),
+        client_optimizer_fn=client_optimizer_fn,
+        server_optimizer_fn=server_optimizer_fn,
+        client_weighting=client_weighting,
+        client_lr_schedule=client_lr_schedule,
+        model_aggregator=model_aggregator)
+
   def distributor_fn(weights_type):
     return _server_projection(
         model_fn, weights_type, images_per_class=images_per_class,
@@ -375,11 +578,10 @@ def build_fed_ptr(
         mtt_init_lr=mtt_init_lr, mtt_image_lr=mtt_image_lr,
         mtt_lr_lr=mtt_lr_lr, seed=seed)
 
-  return _common.build_penalized_fed_opt(
+  return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=distributor_fn,
-      penalty=functools.partial(projected_proximal, mu=mu,
-                                layer_adaptive=layer_adaptive),
+      penalty=penalty,
       client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,

@@ -1,0 +1,269 @@
+"""Client-side FedPTR, the client-vs-global cosine and the digits MTT ConvNet.
+
+NumPy references use the tiny linear softmax model of tests/tiny.py on
+full-batch clients, so every local step and every projection step is one
+full-batch gradient step that NumPy can repeat exactly.
+"""
+
+import csv
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import binary
+from tests import tiny
+from tff_opt import aggregators
+from tff_opt import algorithms
+from tff_opt.algorithms import fed_ptr
+
+MU = 0.3
+CLIENT_LR = 0.1
+LOCAL_STEPS = 4
+ROUNDS = 3
+SEED = 7
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+def _build(mu, **kwargs):
+  settings = dict(side='client', images_per_class=1, mtt_outer_steps=2,
+                  mtt_inner_steps=2, projection_steps=2, mtt_init_lr=0.1,
+                  mtt_image_lr=0.1, seed=SEED)
+  settings.update(kwargs)
+  return algorithms.build_fed_ptr(
+      tiny.model_fn, mu=mu, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0), **settings)
+
+
+def _prepare(output, name):
+  return float(output.metrics['client_work']['prepare'][name])
+
+
+@pytest.fixture(scope='module')
+def fed_avg_run():
+  """mu = 0 with MTT running on every client."""
+  clients = tiny.make_clients()
+  process = _build(0.0)
+  state, outputs = tiny.run_rounds(process, clients, rounds=ROUNDS,
+                                   local_steps=LOCAL_STEPS)
+  return clients, process, state, outputs
+
+
+def test_mu_zero_is_fed_avg_while_mtt_runs(fed_avg_run):
+  clients, process, state, outputs = fed_avg_run
+  expected = tiny.numpy_fed_prox(clients, 0.0, rounds=ROUNDS, lr=CLIENT_LR,
+                                 local_steps=LOCAL_STEPS)
+  for got, want in zip(tiny.trainable(process, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert [_prepare(o, 'mtt_ran') for o in outputs] == [0.0, 1.0, 1.0]
+  assert [_prepare(o, 'mtt_rejected') for o in outputs] == [0.0, 0.0, 0.0]
+  assert _prepare(outputs[0], 'mtt_loss') == 0.0
+  assert all(_prepare(o, 'mtt_loss') > 0.0 for o in outputs[1:])
+  # alpha_syn moved away from its start on the clients that matched.
+  assert _prepare(outputs[0], 'synthetic_lr') == pytest.approx(0.1)
+  assert _prepare(outputs[1], 'synthetic_lr') != pytest.approx(0.1, abs=1e-7)
+  assert all(_prepare(o, 'mtt_seconds') >= 0.0 for o in outputs)
+  # Two models down (w_t, w_{t-1}) plus the has_previous byte, one up.
+  model_bytes = (tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES) * 4
+  assert outputs[-1].metrics['communication'] == {
+      'bytes_server_to_client': 2 * model_bytes + 1,
+      'bytes_client_to_server': model_bytes}
+
+
+def test_client_global_cosine_matches_numpy(fed_avg_run):
+  clients, _, _, outputs = fed_avg_run
+  # Round 1 of FedAvg from the initial weights, in NumPy.
+  w0 = [t.astype(np.float64) for t in tiny.initial_weights()]
+  deltas = []
+  for x, y in clients:
+    final = tiny.local_sgd(w0, x, y, CLIENT_LR, LOCAL_STEPS)
+    deltas.append(np.concatenate([(a - b).ravel() for a, b in zip(w0,
+                                                                   final)]))
+  mean = sum(len(y) * d for d, (_, y) in zip(deltas, clients)) / sum(
+      len(y) for _, y in clients)
+  cosines = [d @ mean / (np.linalg.norm(d) * np.linalg.norm(mean))
+             for d in deltas]
+  got = float(outputs[0].metrics['aggregator']['client_global_cosine'])
+  assert got == pytest.approx(np.mean(cosines), rel=1e-5)
+  assert 0.0 < got < 1.0
+
+
+def test_cosine_aggregator_against_numpy_with_a_dropped_client():
+  value_type = tff.types.to_type([np.float32, (np.float32, [2])])
+  process = aggregators.ClientCosineFactory().create(
+      value_type, tff.TensorType(np.float32))
+  rng = np.random.default_rng(3)
+  values = [[np.float32(rng.normal()), rng.normal(size=2).astype(np.float32)]
+            for _ in range(4)]
+  weights = [2.0, 1.0, 0.0, 5.0]  # The third client dropped out.
+  output = process.next(process.initialize(), values, weights)
+  flat = [np.concatenate([[v[0]], v[1]]).astype(np.float64) for v in values]
+  mean = sum(w * f for w, f in zip(weights, flat)) / sum(weights)
+  np.testing.assert_allclose(np.concatenate([[output.result[0]],
+                                             output.result[1]]), mean,
+                             rtol=1e-6)
+  cosines = [f @ mean / (np.linalg.norm(f) * np.linalg.norm(mean))
+             for f, w in zip(flat, weights) if w > 0]
+  assert float(output.measurements['client_global_cosine']) == (
+      pytest.approx(np.mean(cosines), rel=1e-5))
+
+
+def test_no_projection_constant_mu_is_fed_prox_toward_w_t():
+  process = _build(MU, projection_steps=0, layer_adaptive=False)
+  clients = tiny.make_clients(seed=2)
+  state, outputs = tiny.run_rounds(process, clients, rounds=ROUNDS,
+                                   local_steps=LOCAL_STEPS)
+  expected = tiny.numpy_fed_prox(clients, MU, rounds=ROUNDS, lr=CLIENT_LR,
+                                 local_steps=LOCAL_STEPS)
+  for got, want in zip(tiny.trainable(process, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  fed_avg = tiny.numpy_fed_prox(clients, 0.0, rounds=ROUNDS, lr=CLIENT_LR,
+                                local_steps=LOCAL_STEPS)
+  assert np.abs(expected[0] - fed_avg[0]).max() > 1e-3  # mu acted.
+  assert _prepare(outputs[-1], 'mtt_ran') == 1.0  # MTT ran, P = 0 anyway.
+
+
+def _noise(num_images):
+  return tf.random.stateless_normal(
+      [num_images, tiny.NUM_FEATURES], seed=tf.constant([SEED, 0], tf.int64),
+      dtype=tf.float32).numpy()
+
+
+def test_synthetic_init_uses_own_images_and_noise_for_missing_classes():
+  # A hand-made client: classes 0 (three examples) and 2 (one); 1 missing.
+  x = np.float32([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+  y = np.int32([0, 2, 0, 0])
+  def init(epochs):
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(3).repeat(
+        epochs)
+    images, counts = fed_ptr.client_synthetic_images(
+        dataset, num_classes=3, images_per_class=2,
+        input_shape=[tiny.NUM_FEATURES], seed=SEED)
+    return images.numpy(), counts.numpy()
+
+  images, counts = init(epochs=1)
+  noise = _noise(6)
+  np.testing.assert_array_equal(counts, [2, 0, 1])
+  # Class 0: its first two examples, in dataset order (rows 0 and 2).
+  np.testing.assert_array_equal(images[0], x[0])
+  np.testing.assert_array_equal(images[1], x[2])
+  # Class 1 is missing: both slots are the seeded noise.
+  np.testing.assert_array_equal(images[2:4], noise[2:4])
+  # Class 2 has one example: the real one, then noise.
+  np.testing.assert_array_equal(images[4], x[1])
+  np.testing.assert_array_equal(images[5], noise[5])
+  assert not any(np.array_equal(images[i], row) for i in (2, 3, 5)
+                 for row in x)
+  # Two local epochs: class 2's one example is met twice and fills both.
+  images, counts = init(epochs=2)
+  np.testing.assert_array_equal(counts, [2, 0, 2])
+  np.testing.assert_array_equal(images[4:6], [x[1], x[1]])
+  np.testing.assert_array_equal(images[2:4], noise[2:4])
+
+
+def _hand_made_clients():
+  rng = np.random.default_rng(11)
+  def client(labels):
+    labels = np.int32(labels)
+    return rng.normal(size=(labels.size, tiny.NUM_FEATURES)).astype(
+        np.float32), labels
+  return [client([0, 1, 0, 1, 1]), client([2, 2, 2]),
+          client([1, 0, 2, 2, 0, 1])]
+
+
+def test_projection_from_own_images_matches_numpy():
+  """No MTT updates (D_syn stays at its initialisation): w~ per client."""
+  ipc, steps, alpha = 2, 3, 0.2
+  process = _build(MU, mtt_outer_steps=0, images_per_class=ipc,
+                   projection_steps=steps, mtt_init_lr=alpha,
+                   layer_adaptive=False)
+  clients = _hand_made_clients()
+  state, _ = tiny.run_rounds(process, clients, rounds=2,
+                             local_steps=LOCAL_STEPS)
+  noise = _noise(tiny.NUM_CLASSES * ipc).astype(np.float64)
+  labels = np.repeat(np.arange(tiny.NUM_CLASSES), ipc)
+
+  def init_images(x, y):
+    images = noise.copy()
+    for c in range(tiny.NUM_CLASSES):
+      rows = np.flatnonzero(y == c)[:ipc]
+      images[c * ipc:c * ipc + rows.size] = x[rows]
+    return images
+
+  w = [t.astype(np.float64) for t in tiny.initial_weights()]
+  for round_num in range(2):
+    finals = []
+    for x, y in clients:
+      if round_num == 0:
+        anchor = w
+      else:
+        anchor = tiny.local_sgd(w, init_images(x, y), labels, alpha, steps)
+      finals.append(tiny.local_sgd(
+          w, x, y, CLIENT_LR, LOCAL_STEPS,
+          extra_grad=lambda v, a=anchor: [MU * (p - q)
+                                          for p, q in zip(v, a)]))
+    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  for got, want in zip(tiny.trainable(process, state), w):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # The projection mattered: FedProx toward w_t ends elsewhere.
+  prox = tiny.numpy_fed_prox(clients, MU, rounds=2, lr=CLIENT_LR,
+                             local_steps=LOCAL_STEPS)
+  assert np.abs(prox[0] - w[0]).max() > 1e-4
+
+
+def test_client_side_rejects_update_every_and_bad_side():
+  with pytest.raises(ValueError, match=r"^update_every must be 1 with "
+                     r"side='client' \(clients keep no synthetic set between "
+                     r"rounds\), got 2\.$"):
+    _build(MU, update_every=2)
+  with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
+                     r"got 'both'\.$"):
+    _build(MU, side='both')
+
+
+def test_digits_mtt_convnet_option():
+  from tasks import digits  # pylint: disable=g-import-not-at-top
+  import tasks  # pylint: disable=g-import-not-at-top
+  spec = tff.simulation.baselines.ClientSpec(1, 8)
+  task = tasks.create_task('digits', train_client_spec=spec,
+                           use_synthetic_data=True, model='mtt_convnet')
+  model = task.model_fn()
+  # 3 x (conv3x3 + instance-norm scale/offset) of width 128, dense 128 -> 10
+  # (8x8 pools down to 1x1).
+  convs = (9 * 1 * 128 + 128) + 2 * (9 * 128 * 128 + 128)
+  expected = convs + 3 * 2 * 128 + 128 * 10 + 10
+  assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == (
+      expected)
+  logits = model.predict_on_batch(tf.zeros([2, 8, 8, 1]), training=False)
+  assert logits.shape == (2, digits.NUM_CLASSES)
+  assert 'mtt_convnet' in digits.MODEL_NAMES
+  names = ', '.join(digits.MODEL_NAMES)
+  with pytest.raises(ValueError,
+                     match=rf"^model must be one of {names}, got 'vgg'\.$"):
+    tasks.create_task('digits', train_client_spec=spec,
+                      use_synthetic_data=True, model='vgg')
+
+
+def test_binary_runs_fedptr_on_digits_with_mtt_convnet(tmp_path):
+  output_dir = str(tmp_path / 'run')
+  assert binary.run_train(
+      '--task=digits', '--algorithm=fedptr', '--mu=0.01',
+      '--task_option=model=mtt_convnet', '--images_per_class=1',
+      '--mtt_outer_steps=1', '--mtt_inner_steps=1', '--projection_steps=1',
+      '--clients_per_round=2', '--client_epochs=1', '--rounds=2',
+      '--eval_every=2', '--seed=1', '--server_opt=sgd', '--server_lr=1.0',
+      f'--output_dir={output_dir}') == 0
+  with open(f'{output_dir}/metrics.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert [r['round'] for r in rows] == ['1', '2']
+  for column in ('mtt_loss', 'synthetic_lr', 'mtt_seconds', 'mtt_ran',
+                 'client_global_cosine'):
+    assert column in rows[0], (column, list(rows[0]))
+  assert [float(r['mtt_ran']) for r in rows] == [0.0, 1.0]
+  assert float(rows[1]['mtt_loss']) > 0.0
+  assert -1.0 <= float(rows[1]['client_global_cosine']) <= 1.0
+  assert 0.0 <= float(rows[-1]['eval_accuracy']) <= 1.0
