@@ -7,17 +7,37 @@ Python, keep the parent's stdout/stderr open, and make `cmd | tail` (or CI)
 hang. `set_local_execution_context` installs the context and registers an
 exit hook that terminates every `worker_binary` this process started; SIGTERM
 and SIGHUP are turned into a normal exit so the hook also runs then.
+
+`set_remote_execution_context` runs the computations on TFF workers on
+other hosts instead (`python -m binaries.worker`), over gRPC channels, with
+TLS when given root certificates. SECURITY: a TFF worker executes whatever
+computation it is sent, so an exposed worker is remote code execution: run
+workers only on a private network or behind an authenticated tunnel.
+
+`configure_gpus` applies GPU memory growth and logical GPUs; without a GPU
+it logs one line and does nothing.
 """
 
 import atexit
+from collections.abc import Callable, Sequence
+import contextlib
 import os
 import signal
 import sys
 import threading
+import time
 
+import grpc
 import psutil
 import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import executor_pb2_grpc
+from tensorflow_federated.python.core.backends.native import compiler as native_compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_stub
 
 _WORKER_NAME = 'worker_binary'
 _lock = threading.Lock()
@@ -156,3 +176,363 @@ def set_local_execution_context(max_concurrent_clients: int | None = None):
 # Registered on import so that any program using tff-opt exits cleanly, even
 # one that fails before it sets a context (a bad flag, say).
 _install_hooks()
+
+
+# --- Several hosts: TFF workers over gRPC ------------------------------------
+#
+# TFF 0.87 runs a computation on other machines through its C++ executor
+# service, the same `worker_binary` the local context starts: each worker gets
+# an asynchronous execution context over a gRPC channel (a `RemoteExecutor`),
+# and `tff.backends.native.create_mergeable_comp_execution_context` splits
+# every computation at its aggregation (`compile_to_mergeable_comp_form`):
+# the clients of a round are partitioned into one sub-round per worker, each
+# worker runs its clients up to the aggregation, the partial aggregates are
+# merged, and the rest of the round (the server update) runs on one of them.
+#
+# SECURITY: a TFF worker executes whatever computation it is sent (arbitrary
+# TensorFlow graphs, which can read and write files). A worker reachable from
+# an untrusted network is remote code execution on its host. Run workers only
+# on a private network or behind an authenticated tunnel (SSH port
+# forwarding, a VPN); TLS (`tls_root_certificates`) authenticates the worker
+# to the client and encrypts the traffic, but does not authenticate clients.
+
+_RPC_METHOD_PREFIX = '/tensorflow_federated.v0.ExecutorGroup/'
+# TFF's own channel options (2 GB messages: model weights and datasets).
+_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
+GRPC_OPTIONS = (
+    ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
+    ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
+    ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
+)
+# gRPC codes that mean the worker cannot be reached (stopped, crashed,
+# network down) rather than that it refused a computation.
+_UNREACHABLE_CODES = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'CANCELLED')
+
+
+class WorkerError(grpc.RpcError, RuntimeError):
+  """A TFF worker failed or could not be reached; names its address.
+
+  Not one of TFF's retryable errors: TFF's asynchronous context retries
+  those forever (a dead worker would hang the run), while this one ends the
+  computation at once. It is a `grpc.RpcError`, so TFF's clean-up paths that
+  ignore RPC errors on a broken connection still ignore it.
+
+  Attributes:
+    address: The worker's `host:port`.
+  """
+
+  def __init__(self, address: str, message: str):
+    super().__init__(message)
+    self.address = address
+
+
+def parse_workers(text: str) -> list[tuple[str, int]]:
+  """Parses `host:port,host:port,...` (IPv6 hosts in brackets: `[::1]:80`).
+
+  Args:
+    text: The comma-separated worker addresses.
+
+  Returns:
+    `(host, port)` pairs, in the given order.
+
+  Raises:
+    ValueError: If an address has no host or port, a port is not an integer
+      in [1, 65535], or an address repeats.
+  """
+  workers = []
+  for item in text.split(','):
+    item = item.strip()
+    if not item:
+      raise ValueError(f'workers: empty address in {text!r}; expected '
+                       'HOST:PORT[,HOST:PORT...].')
+    host, sep, port_text = item.rpartition(':')
+    if not sep or not host:
+      raise ValueError(f'workers: {item!r} has no port; expected HOST:PORT '
+                       '(IPv6 hosts in brackets, e.g. [::1]:8000).')
+    if ':' in host and not (host.startswith('[') and host.endswith(']')):
+      raise ValueError(f'workers: {item!r}: an IPv6 host goes in brackets, '
+                       'e.g. [::1]:8000.')
+    if not port_text.isdigit():
+      raise ValueError(f'workers: {item!r}: port {port_text!r} is not an '
+                       'integer.')
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+      raise ValueError(f'workers: {item!r}: port {port} is not in '
+                       '[1, 65535].')
+    if (host, port) in workers:
+      raise ValueError(f'workers: {item} is given twice.')
+    workers.append((host, port))
+  return workers
+
+
+def _error_line(error: grpc.RpcError) -> str:
+  code = error.code() if isinstance(error, grpc.Call) else None
+  details = (error.details() if isinstance(error, grpc.Call) else
+             str(error)) or ''
+  details = ' '.join(details.split())
+  return f'{code.name}: {details}' if code is not None else details
+
+
+class _WorkerStub(remote_executor_stub.RemoteExecutorStub):
+  """TFF's executor-service stub for one worker, with errors naming it."""
+
+  def __init__(self, channel: grpc.Channel, address: str):
+    self._channel = channel
+    self._address = address
+    self._stub = executor_pb2_grpc.ExecutorGroupStub(channel)
+    self._connectivity = None
+    channel.subscribe(self._on_connectivity, try_to_connect=True)
+
+  def _on_connectivity(self, connectivity):
+    self._connectivity = connectivity
+
+  def _call(self, method, request):
+    try:
+      return method(request)
+    except grpc.RpcError as e:
+      code = e.code() if isinstance(e, grpc.Call) else None
+      if code is not None and code.name in _UNREACHABLE_CODES:
+        raise WorkerError(
+            self._address,
+            f'worker {self._address} stopped answering ({_error_line(e)}); '
+            'is it still running?') from None
+      raise WorkerError(self._address, f'worker {self._address} failed: '
+                        f'{_error_line(e)}') from None
+
+  def get_executor(self, request):
+    return self._call(self._stub.GetExecutor, request)
+
+  def create_value(self, request):
+    return self._call(self._stub.CreateValue, request)
+
+  def create_struct(self, request):
+    return self._call(self._stub.CreateStruct, request)
+
+  def create_call(self, request):
+    return self._call(self._stub.CreateCall, request)
+
+  def create_selection(self, request):
+    return self._call(self._stub.CreateSelection, request)
+
+  def compute(self, request):
+    return self._call(self._stub.Compute, request)
+
+  def dispose(self, request):
+    return self._call(self._stub.Dispose, request)
+
+  def dispose_executor(self, request):
+    return self._call(self._stub.DisposeExecutor, request)
+
+  @property
+  def is_ready(self) -> bool:
+    return self._connectivity == grpc.ChannelConnectivity.READY
+
+
+def wait_for_worker(channel: grpc.Channel, address: str,
+                    timeout: float) -> None:
+  """Waits until `channel` reaches a TFF worker, or raises.
+
+  Probes with a method no server implements: any answer (UNIMPLEMENTED)
+  proves that the connection, and its TLS handshake, work. A refused
+  connection is retried until `timeout` (the worker may be starting); the
+  last gRPC error (e.g. a certificate that does not verify) is reported.
+
+  Raises:
+    WorkerError: If the worker does not answer within `timeout` seconds.
+  """
+  probe = channel.unary_unary('/tff_opt.Probe/Ping')
+  deadline = time.monotonic() + timeout
+  last = 'no answer'
+  while True:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+      break
+    try:
+      probe(b'', timeout=min(remaining, 5.0))
+      return
+    except grpc.RpcError as e:
+      if isinstance(e, grpc.Call) and e.code() not in (
+          grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return
+      last = _error_line(e)
+    time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+  raise WorkerError(
+      address, f'worker {address} is not reachable within {timeout:g} s '
+      f'({last}). Start one there with `python -m binaries.worker '
+      f'--port=PORT`; with TLS, check that the root certificate is the one '
+      'that signed the worker\'s certificate.')
+
+
+# A worker lost without a TCP reset (host down, network cut) is noticed by
+# keepalive pings during a call: one every 5 minutes, the most often that a
+# gRPC server with default settings (TFF's C++ worker) accepts.
+_KEEPALIVE_OPTIONS = (
+    ('grpc.keepalive_time_ms', 300_000),
+    ('grpc.keepalive_timeout_ms', 20_000),
+)
+
+
+def worker_channel(address: str, *,
+                   tls_root_certificates: bytes | None = None
+                   ) -> grpc.Channel:
+  """A gRPC channel to a TFF worker: TLS when root certificates are given."""
+  options = GRPC_OPTIONS + _KEEPALIVE_OPTIONS
+  if tls_root_certificates is None:
+    return grpc.insecure_channel(address, options)
+  credentials = grpc.ssl_channel_credentials(
+      root_certificates=tls_root_certificates)
+  return grpc.secure_channel(address, credentials, options)
+
+
+def _remote_context(channel: grpc.Channel, address: str):
+  """An asynchronous TFF context running everything on one worker."""
+  stub = _WorkerStub(channel, address)
+
+  def executor_fn(cardinalities):
+    # As TFF's local factory: a computation with no client-placed argument
+    # still names the clients placement (with no clients).
+    if cardinalities.get(tff.CLIENTS) is None:
+      cardinalities[tff.CLIENTS] = 0
+    executor = remote_executor.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return async_execution_context.AsyncExecutionContext(
+      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+          executor_stack_fn=executor_fn),
+      compiler_fn=native_compiler.desugar_and_transform_to_native,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result,
+  )
+
+
+def set_remote_execution_context(
+    workers: Sequence[tuple[str, int]] | str,
+    *,
+    tls_root_certificates: bytes | None = None,
+    connect_timeout: float = 30.0,
+) -> None:
+  """Runs TFF computations on TFF workers over gRPC, one sub-round each.
+
+  Each worker (started with `python -m binaries.worker --port=PORT`) gets
+  TFF's remote executor over its own channel; TFF's mergeable-computation
+  context splits every round's clients into one sub-round per worker and
+  merges the partial aggregates, so a round gives the same result as on one
+  machine up to the order of float additions.
+
+  Limitation (TFF 0.87): results placed at the clients come back
+  concatenated in the order the workers finish, not in the clients' order.
+  A `LearningProcess`'s outputs are server-placed and unaffected; a process
+  that returns per-client state (`client_states.ClientStatefulProcess`:
+  SCAFFOLD, FedDyn, FedBN) must not run here (`binaries.train` refuses it).
+
+  SECURITY: a worker executes whatever computation it is sent; one exposed
+  to an untrusted network is remote code execution. Use workers only on a
+  private network or behind an authenticated tunnel.
+
+  Args:
+    workers: `(host, port)` pairs, or `'host:port,...'`.
+    tls_root_certificates: PEM root certificate(s) that signed the workers'
+      certificates: the channels then use TLS. `None`: plain TCP.
+    connect_timeout: Seconds to wait for every worker to answer.
+
+  Raises:
+    ValueError: If `workers` is empty or malformed, or `connect_timeout` is
+      not positive.
+    WorkerError: If a worker does not answer within `connect_timeout`.
+  """
+  if isinstance(workers, str):
+    workers = parse_workers(workers)
+  workers = list(workers)
+  if not workers:
+    raise ValueError('workers must name at least one HOST:PORT.')
+  if not connect_timeout > 0:
+    raise ValueError(f'connect_timeout must be positive, got '
+                     f'{connect_timeout!r}.')
+  _install_hooks()
+  # The replaced local context's worker is a direct child; a worker_binary
+  # further down (under a `binaries.worker` this process started) is one of
+  # the remote workers and stays.
+  own = [w for w in _worker_children() if w.ppid() == os.getpid()]
+  for worker in own:
+    with contextlib.suppress(psutil.Error):
+      worker.terminate()
+  for worker in psutil.wait_procs(own, timeout=5.0)[1]:
+    with contextlib.suppress(psutil.Error):
+      worker.kill()
+  contexts = []
+  for host, port in workers:
+    address = f'{host}:{port}'
+    channel = worker_channel(address,
+                             tls_root_certificates=tls_root_certificates)
+    wait_for_worker(channel, address, connect_timeout)
+    contexts.append(_remote_context(channel, address))
+  tff.backends.native.set_mergeable_comp_execution_context(contexts)
+
+
+# --- GPUs --------------------------------------------------------------------
+
+
+def configure_gpus(*, memory_growth: bool = False,
+                   logical_gpus: int | None = None,
+                   logical_gpu_memory_mb: int = 2048,
+                   log: Callable[[str], None] = print) -> list[str]:
+  """Applies GPU settings; on a machine without a GPU, logs one line.
+
+  Call before TensorFlow touches a GPU and before TFF starts its worker.
+
+  TFF 0.87's C++ runtime has no device-placement option (the Python
+  executor stacks' `client_tf_devices` are gone): its worker places every
+  client computation where TensorFlow's placer puts it, the first visible
+  GPU. Clients are spread over several physical GPUs by running one worker
+  per GPU (`python -m binaries.worker --port=P --gpu=K`) and listing them in
+  `set_remote_execution_context`.
+
+  Args:
+    memory_growth: Allocate GPU memory as needed instead of all at once:
+      `tf.config.experimental.set_memory_growth` on every GPU of this
+      process, and `TF_FORCE_GPU_ALLOW_GROWTH=true` in the environment of the
+      TFF workers it starts from now on.
+    logical_gpus: Split the first GPU into this many logical GPUs
+      (`tf.config.set_logical_device_configuration`) for the TensorFlow code
+      of this process (evaluation, data pipelines).
+    logical_gpu_memory_mb: Memory limit of each logical GPU.
+    log: Called with one line describing what was done.
+
+  Returns:
+    The names of this process's logical GPUs (empty without a GPU).
+
+  Raises:
+    ValueError: If `logical_gpus` or `logical_gpu_memory_mb` is not
+      positive, or both `memory_growth` and `logical_gpus` are asked (TF
+      refuses memory growth on a GPU split into logical devices).
+  """
+  if logical_gpus is not None and logical_gpus < 1:
+    raise ValueError(f'logical_gpus must be a positive integer, got '
+                     f'{logical_gpus!r}.')
+  if logical_gpu_memory_mb < 1:
+    raise ValueError(f'logical_gpu_memory_mb must be a positive integer, '
+                     f'got {logical_gpu_memory_mb!r}.')
+  if memory_growth and logical_gpus is not None:
+    raise ValueError('logical_gpus cannot be combined with memory_growth: '
+                     'TensorFlow gives logical GPUs fixed memory limits.')
+  if not memory_growth and logical_gpus is None:
+    return []
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  gpus = tf.config.list_physical_devices('GPU')
+  if not gpus:
+    log('no GPU found: GPU settings (memory growth, logical GPUs) ignored.')
+    return []
+  if memory_growth:
+    os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'
+    for gpu in gpus:
+      tf.config.experimental.set_memory_growth(gpu, True)
+  if logical_gpus is not None:
+    tf.config.set_logical_device_configuration(gpus[0], [
+        tf.config.LogicalDeviceConfiguration(
+            memory_limit=logical_gpu_memory_mb)
+    ] * logical_gpus)
+  names = [d.name for d in tf.config.list_logical_devices('GPU')]
+  log(f'GPUs: {len(gpus)} physical, logical {", ".join(names)}'
+      + ('; memory growth on' if memory_growth else ''))
+  return names

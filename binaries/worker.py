@@ -1,0 +1,281 @@
+r"""A TFF worker for `binaries.train --workers=...`: TFF's C++ executor service.
+
+    python -m binaries.worker --port=8000                # serves 127.0.0.1:8000
+    python -m binaries.worker --port=8000 --host=10.0.0.5 \
+        --tls_cert=worker.pem --tls_key=worker.key       # TLS, private LAN
+    python -m binaries.worker --port=8001 --gpu=1        # one worker per GPU
+
+and on the machine that trains:
+
+    python -m binaries.train --workers=10.0.0.5:8000,10.0.0.6:8000 \
+        --worker_tls_root_cert=ca.pem ...
+
+SECURITY: a TFF worker executes whatever computation it is sent (TensorFlow
+graphs can read and write files and run for ever); anyone who can connect to
+it can run code on this host. The worker listens on 127.0.0.1 unless --host
+says otherwise. Run workers only on a private network or behind an
+authenticated tunnel (e.g. `ssh -L 8000:127.0.0.1:8000 worker-host` and
+`--workers=127.0.0.1:8000` on the training machine). TLS (--tls_cert,
+--tls_key) proves the worker's identity to the trainer and encrypts the
+traffic; it does not authenticate the trainer to the worker.
+
+What TFF 0.87 ships, and why this wraps it: TFF's executor service is the C++
+`worker_binary` (in the package's `data/`; the Python `tff.simulation.
+run_server` of older TFF is gone). Its flags are only --port,
+--max_concurrent_computation_calls and --grpc_max_message_length_megabytes:
+it always listens on `[::]:PORT` (every interface) with insecure credentials
+(worker_main.cc: "TODO: Add option for secure server connections"). So this
+program starts `worker_binary` on an internal port picked at random and
+serves the public --host:--port itself: a gRPC relay that forwards TFF's
+ExecutorGroup calls (all unary) unchanged, with TLS when asked, and answers
+UNIMPLEMENTED to anything else. The internal port is still open on every
+interface of this host, as it is for TFF's own local execution context,
+which starts the same binary the same way: the host must still be on a
+private network or firewalled. The C++ worker is killed when this program
+ends, however it ends (SIGKILL included, via the parent-death signal).
+"""
+
+import concurrent.futures
+import ctypes
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from absl import app
+from absl import flags
+
+flags.DEFINE_integer('port', None, 'Port to serve TFF\'s executor service '
+                     'on.', lower_bound=1, upper_bound=65535)
+flags.DEFINE_string('host', '127.0.0.1', 'Address to listen on. Anything '
+                    'other than loopback exposes remote code execution to '
+                    'that network: use a private network or a tunnel.')
+flags.DEFINE_string('tls_cert', None, 'PEM certificate (chain) of this '
+                    'worker: serve TLS. Needs --tls_key.')
+flags.DEFINE_string('tls_key', None, 'PEM private key of --tls_cert.')
+flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
+                     'client computations at once on this worker (TFF\'s '
+                     'max_concurrent_computation_calls). Default: no limit.',
+                     lower_bound=1)
+flags.DEFINE_string('gpu', None, 'Run the computations on this GPU only '
+                    '(CUDA_VISIBLE_DEVICES for the C++ worker), e.g. one '
+                    'worker per GPU: --gpu=0, --gpu=1. Default: as TensorFlow '
+                    'chooses (the first GPU).')
+flags.DEFINE_boolean('gpu_memory_growth', False, 'Let the C++ worker '
+                     'allocate GPU memory as needed '
+                     '(TF_FORCE_GPU_ALLOW_GROWTH=true).')
+flags.DEFINE_integer('threads', 32, 'Relay threads: concurrent calls in '
+                     'flight.', lower_bound=1)
+flags.DEFINE_float('start_timeout', 120.0, 'Seconds to wait for TFF\'s C++ '
+                   'worker to start.', lower_bound=1.0)
+
+FLAGS = flags.FLAGS
+
+_SERVICE_PREFIX = '/tensorflow_federated.v0.ExecutorGroup/'
+_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
+_GRPC_OPTIONS = (
+    ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
+    ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
+    ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
+)
+_PR_SET_PDEATHSIG = 1
+_LOOPBACK = ('127.0.0.1', 'localhost', '::1', '[::1]')
+
+
+class UsageError(Exception):
+  """A bad flag: reported in one line."""
+
+
+def worker_binary_path() -> str:
+  """TFF's `worker_binary`, found without importing TFF (seconds saved)."""
+  spec = importlib.util.find_spec('tensorflow_federated')
+  if spec is None or not spec.submodule_search_locations:
+    raise UsageError('tensorflow_federated is not installed.')
+  path = os.path.join(list(spec.submodule_search_locations)[0], 'data',
+                      'worker_binary')
+  if not os.access(path, os.X_OK):
+    raise UsageError(f'TFF\'s worker_binary is missing or not executable at '
+                     f'{path}.')
+  return path
+
+
+def _read(flag: str) -> bytes:
+  path = FLAGS[flag].value
+  try:
+    with open(path, 'rb') as f:
+      return f.read()
+  except OSError as e:
+    raise UsageError(f'--{flag}={path}: cannot read it: '
+                     f'{e.strerror or e}.') from e
+
+
+def _die_with_parent() -> None:
+  """In the child: SIGKILL it when this process dies (Linux)."""
+  try:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+  except (OSError, AttributeError):
+    pass
+
+
+def listen_address(host: str, port: int) -> str:
+  """`host:port` for gRPC, an IPv6 host in brackets (`[::1]:8000`)."""
+  if ':' in host and not host.startswith('['):
+    host = f'[{host}]'
+  return f'{host}:{port}'
+
+
+class _Relay:
+  """gRPC generic handler: forwards TFF's ExecutorGroup calls as bytes."""
+
+  def __init__(self, channel):
+    import grpc  # pylint: disable=g-import-not-at-top
+    self._grpc = grpc
+    self._channel = channel
+    self._callables = {}
+    self._lock = threading.Lock()
+
+  def service(self, handler_call_details):
+    method = handler_call_details.method
+    if not method.startswith(_SERVICE_PREFIX):
+      return None  # UNIMPLEMENTED: the trainer's connection probe.
+    with self._lock:
+      forward = self._callables.get(method)
+      if forward is None:
+        forward = self._channel.unary_unary(method)
+        self._callables[method] = forward
+
+    def behavior(request: bytes, context):
+      try:
+        return forward(request)
+      except self._grpc.RpcError as e:
+        context.abort(e.code(), e.details() or '')
+
+    return self._grpc.unary_unary_rpc_method_handler(behavior)
+
+
+def serve() -> int:
+  """Starts the C++ worker and the relay; returns the exit code."""
+  if FLAGS.port is None:
+    raise UsageError('--port is required (the port to serve on).')
+  if bool(FLAGS.tls_cert) != bool(FLAGS.tls_key):
+    raise UsageError('--tls_cert and --tls_key go together (got only '
+                     f'--{"tls_cert" if FLAGS.tls_cert else "tls_key"}).')
+  credentials_pair = None
+  if FLAGS.tls_cert:
+    credentials_pair = (_read('tls_key'), _read('tls_cert'))
+  binary = worker_binary_path()
+
+  import grpc  # pylint: disable=g-import-not-at-top
+  import portpicker  # pylint: disable=g-import-not-at-top
+
+  env = dict(os.environ)
+  env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  if FLAGS.gpu is not None:
+    env['CUDA_VISIBLE_DEVICES'] = FLAGS.gpu
+  if FLAGS.gpu_memory_growth:
+    env['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'
+  internal_port = portpicker.pick_unused_port()
+  child = subprocess.Popen(
+      [binary, f'--port={internal_port}',
+       f'--max_concurrent_computation_calls={FLAGS.max_concurrent_clients or -1}'],
+      env=env, preexec_fn=_die_with_parent)
+  stopping = threading.Event()
+  server = None
+  try:
+    channel = grpc.insecure_channel(f'127.0.0.1:{internal_port}',
+                                    _GRPC_OPTIONS)
+    ready = grpc.channel_ready_future(channel)
+    deadline = time.monotonic() + FLAGS.start_timeout
+    while True:
+      try:
+        ready.result(timeout=0.5)
+        break
+      except grpc.FutureTimeoutError:
+        if child.poll() is not None:
+          raise UsageError(f'TFF\'s worker_binary exited with code '
+                           f'{child.returncode} while starting.') from None
+        if time.monotonic() > deadline:
+          raise UsageError(f'TFF\'s worker_binary did not start within '
+                           f'--start_timeout={FLAGS.start_timeout:g} s.'
+                          ) from None
+
+    # No SO_REUSEPORT (gRPC's default): a second server on a port in use
+    # is refused instead of sharing its connections.
+    server = grpc.server(
+        concurrent.futures.ThreadPoolExecutor(max_workers=FLAGS.threads),
+        handlers=[_Relay(channel)],
+        options=_GRPC_OPTIONS + (('grpc.so_reuseport', 0),))
+    address = listen_address(FLAGS.host, FLAGS.port)
+    try:
+      if credentials_pair:
+        bound = server.add_secure_port(
+            address, grpc.ssl_server_credentials([credentials_pair]))
+      else:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as e:
+      raise UsageError(f'--port={FLAGS.port}: cannot listen on {address} '
+                       f'({e}); is the port in use?') from e
+    if not bound:
+      raise UsageError(f'--port={FLAGS.port}: cannot listen on {address}; '
+                       'is the port in use?')
+    server.start()
+
+    def on_signal(signum, frame):
+      del signum, frame
+      stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+      signal.signal(sig, on_signal)
+
+    def watch_child():
+      child.wait()
+      stopping.set()
+
+    threading.Thread(target=watch_child, daemon=True).start()
+    if FLAGS.host not in _LOOPBACK:
+      print(f'tff-opt worker: WARNING: --host={FLAGS.host} is not loopback: '
+            'anyone who can reach it can run code on this host.',
+            file=sys.stderr, flush=True)
+    print(f'tff-opt worker: serving TFF\'s executor on {address} '
+          f'({"TLS" if credentials_pair else "no TLS"}). It runs any '
+          'computation it is sent: keep it on a private network or behind '
+          'an authenticated tunnel.', flush=True)
+    stopping.wait()
+    if child.poll() is not None:
+      print(f'worker: error: TFF\'s worker_binary exited with code '
+            f'{child.returncode}.', file=sys.stderr, flush=True)
+      return 1
+    return 0
+  finally:
+    if server is not None:
+      server.stop(grace=None)
+    if child.poll() is None:
+      child.send_signal(signal.SIGINT)
+      try:
+        child.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])} (flags take the form '
+          '--name=value).')
+  try:
+    code = serve()
+  except UsageError as e:
+    _fail(str(e))
+  sys.exit(code)
+
+
+def _fail(message: str) -> None:
+  print(f'worker: error: {message}', file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,359 @@
+"""Rounds on TFF workers over gRPC (loopback only): results, TLS, failures.
+
+Every worker here is a `python -m binaries.worker` child listening on
+127.0.0.1; the module's fixture stops each one (and so its C++ worker) at
+the end, and puts TFF's local context back.
+"""
+
+import csv
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import portpicker
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import binary
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt import runtime
+from tff_opt import training_loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = ['--task=digits', '--clients_per_round=4', '--client_epochs=1',
+        '--eval_every=1', '--checkpoint_every=1', '--seed=5', '--rounds=3']
+ROUNDS = 3
+WORKER_START_SECONDS = 90
+READY_LINE = 'tff-opt worker: serving'
+
+
+# --- Certificates ------------------------------------------------------------
+
+
+def _self_signed(directory, name):
+  """Writes a self-signed certificate for 127.0.0.1; returns (cert, key)."""
+  from cryptography import x509  # pylint: disable=g-import-not-at-top
+  from cryptography.hazmat.primitives import hashes  # pylint: disable=g-import-not-at-top
+  from cryptography.hazmat.primitives import serialization  # pylint: disable=g-import-not-at-top
+  from cryptography.hazmat.primitives.asymmetric import ec  # pylint: disable=g-import-not-at-top
+  import ipaddress  # pylint: disable=g-import-not-at-top
+
+  key = ec.generate_private_key(ec.SECP256R1())
+  subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)])
+  now = datetime.datetime.now(datetime.timezone.utc)
+  cert = (
+      x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+      .public_key(key.public_key()).serial_number(x509.random_serial_number())
+      .not_valid_before(now - datetime.timedelta(minutes=5))
+      .not_valid_after(now + datetime.timedelta(days=1))
+      .add_extension(x509.SubjectAlternativeName(
+          [x509.IPAddress(ipaddress.ip_address('127.0.0.1')),
+           x509.DNSName('localhost')]), critical=False)
+      .add_extension(x509.BasicConstraints(ca=True, path_length=None),
+                     critical=True)
+      .sign(key, hashes.SHA256()))
+  cert_path = os.path.join(directory, f'{name}.pem')
+  key_path = os.path.join(directory, f'{name}.key')
+  with open(cert_path, 'wb') as f:
+    f.write(cert.public_bytes(serialization.Encoding.PEM))
+  with open(key_path, 'wb') as f:
+    f.write(key.private_bytes(serialization.Encoding.PEM,
+                              serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+  return cert_path, key_path
+
+
+@pytest.fixture(scope='module')
+def certs(tmp_path_factory):
+  directory = str(tmp_path_factory.mktemp('certs'))
+  worker_cert, worker_key = _self_signed(directory, 'worker')
+  other_cert, _ = _self_signed(directory, 'other')
+  return {'cert': worker_cert, 'key': worker_key, 'other': other_cert}
+
+
+# --- Workers -----------------------------------------------------------------
+
+
+class Workers:
+  """`binaries.worker` children on loopback, by name; stopped by `stop_all`."""
+
+  def __init__(self, log_dir):
+    self._log_dir = log_dir
+    self.procs = {}
+    self.ports = {}
+
+  def start(self, name, *flags, port=None):
+    port = port or portpicker.pick_unused_port()
+    log = open(os.path.join(self._log_dir, f'{name}.log'), 'w')
+    self.procs[name] = subprocess.Popen(
+        [sys.executable, '-m', 'binaries.worker', f'--port={port}', *flags],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    self.ports[name] = port
+
+  def address(self, name):
+    return f'127.0.0.1:{self.ports[name]}'
+
+  def wait_ready(self, *names):
+    deadline = time.monotonic() + WORKER_START_SECONDS
+    for name in names:
+      path = os.path.join(self._log_dir, f'{name}.log')
+      while True:
+        with open(path) as f:
+          text = f.read()
+        if READY_LINE in text:
+          break
+        assert self.procs[name].poll() is None, f'worker {name} died: {text}'
+        assert time.monotonic() < deadline, f'worker {name} not ready: {text}'
+        time.sleep(0.2)
+
+  def kill(self, name):
+    self.procs[name].kill()
+    self.procs[name].wait(timeout=30)
+
+  def stop_all(self):
+    for proc in self.procs.values():
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    for proc in self.procs.values():
+      try:
+        proc.wait(timeout=15)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=15)
+
+
+# --- Local references (before any worker exists) -----------------------------
+
+
+@pytest.fixture(scope='module')
+def tiny_process():
+  return algorithms.build_fed_opt(
+      tiny.model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9))
+
+
+def _tiny_rounds(process):
+  clients = tiny.make_clients(5, seed=2)
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  for _ in range(ROUNDS):
+    state = process.next(state, tiny.full_batch_datasets(clients, 2)).state
+  return tiny.trainable(process, state)
+
+
+def _rows(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope='module')
+def local_results(tiny_process, tmp_path_factory):
+  """The tiny process's weights and the binary's metrics, run locally."""
+  weights = _tiny_rounds(tiny_process)
+  output_dir = str(tmp_path_factory.mktemp('local') / 'run')
+  assert binary.run_train(*FAST, f'--output_dir={output_dir}') == 0
+  return {'weights': weights, 'rows': _rows(output_dir)}
+
+
+@pytest.fixture(scope='module')
+def workers(local_results, certs, tmp_path_factory):
+  del local_results  # Computed first: a local context stops TFF workers.
+  pool = Workers(str(tmp_path_factory.mktemp('workers')))
+  try:
+    pool.start('a')
+    pool.start('b')
+    pool.start('tls', f'--tls_cert={certs["cert"]}', f'--tls_key={certs["key"]}')
+    pool.wait_ready('a', 'b', 'tls')
+    yield pool
+  finally:
+    pool.stop_all()
+    runtime.set_local_execution_context()
+
+
+# --- Flags -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('value, message', [
+    ('localhost', "--workers=localhost: 'localhost' has no port; expected "
+     'HOST:PORT (IPv6 hosts in brackets, e.g. [::1]:8000).'),
+    ('127.0.0.1:abc', "--workers=127.0.0.1:abc: '127.0.0.1:abc': port 'abc' "
+     'is not an integer.'),
+    ('127.0.0.1:70000', "--workers=127.0.0.1:70000: '127.0.0.1:70000': port "
+     '70000 is not in [1, 65535].'),
+    ('127.0.0.1:1,', "--workers=127.0.0.1:1,: empty address in "
+     "'127.0.0.1:1,'; expected HOST:PORT[,HOST:PORT...]."),
+    ('::1:80', "--workers=::1:80: '::1:80': an IPv6 host goes in brackets, "
+     'e.g. [::1]:8000.'),
+])
+def test_bad_workers_flag_is_one_exact_line(value, message, capsys, tmp_path):
+  code = binary.run_train(f'--workers={value}',
+                          f'--output_dir={tmp_path / "run"}')
+  assert code == 2
+  assert capsys.readouterr().err == f'train: error: {message}\n'
+
+
+def test_parse_workers_accepts_bracketed_ipv6_and_rejects_repeats():
+  assert runtime.parse_workers('127.0.0.1:80, [::1]:81') == [
+      ('127.0.0.1', 80), ('[::1]', 81)]
+  with pytest.raises(ValueError, match=r'^workers: 127.0.0.1:80 is given '
+                     r'twice\.$'):
+    runtime.parse_workers('127.0.0.1:80,127.0.0.1:80')
+
+
+def test_max_concurrent_clients_belongs_to_each_worker(capsys, tmp_path):
+  code = binary.run_train('--workers=127.0.0.1:9', '--max_concurrent_clients=2',
+                          f'--output_dir={tmp_path / "run"}')
+  assert code == 2
+  assert capsys.readouterr().err == (
+      'train: error: --max_concurrent_clients=2: with --workers, set it on '
+      'each worker (python -m binaries.worker --max_concurrent_clients=N).\n')
+
+
+def test_worker_refuses_half_a_tls_pair(certs):
+  result = subprocess.run(
+      [sys.executable, '-m', 'binaries.worker', '--port=9',
+       f'--tls_cert={certs["cert"]}'], cwd=REPO, capture_output=True,
+      text=True, timeout=60)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      'worker: error: --tls_cert and --tls_key go together (got only '
+      '--tls_cert).')
+
+
+# --- GPUs on a CPU-only machine ----------------------------------------------
+
+_HAS_GPU = bool(tf.config.list_physical_devices('GPU'))
+
+
+@pytest.mark.skipif(_HAS_GPU, reason='checks the CPU-only behaviour')
+def test_gpu_settings_without_gpu_log_one_line_and_do_nothing(monkeypatch):
+  monkeypatch.delenv('TF_FORCE_GPU_ALLOW_GROWTH', raising=False)
+  lines = []
+  assert runtime.configure_gpus(memory_growth=True, log=lines.append) == []
+  assert runtime.configure_gpus(logical_gpus=4, log=lines.append) == []
+  assert lines == [
+      'no GPU found: GPU settings (memory growth, logical GPUs) ignored.'] * 2
+  assert 'TF_FORCE_GPU_ALLOW_GROWTH' not in os.environ
+  assert tf.config.list_logical_devices('GPU') == []
+  assert runtime.configure_gpus(log=lines.append) == []  # Nothing asked.
+  assert len(lines) == 2
+
+
+def test_gpu_settings_are_validated():
+  with pytest.raises(ValueError, match=r'^logical_gpus must be a positive '
+                     r'integer, got 0\.$'):
+    runtime.configure_gpus(logical_gpus=0)
+  with pytest.raises(ValueError, match=r'^logical_gpus cannot be combined '
+                     'with memory_growth'):
+    runtime.configure_gpus(memory_growth=True, logical_gpus=2)
+
+
+# --- Rounds on workers -------------------------------------------------------
+
+
+def test_two_workers_give_the_local_weights(workers, tiny_process,
+                                            local_results):
+  runtime.set_remote_execution_context(
+      [('127.0.0.1', workers.ports['a']), ('127.0.0.1', workers.ports['b'])])
+  for got, want in zip(_tiny_rounds(tiny_process), local_results['weights']):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_tls_worker_with_its_self_signed_root(workers, certs, tiny_process,
+                                              local_results):
+  with open(certs['cert'], 'rb') as f:
+    root = f.read()
+  runtime.set_remote_execution_context(workers.address('tls'),
+                                       tls_root_certificates=root)
+  for got, want in zip(_tiny_rounds(tiny_process), local_results['weights']):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_root_certificate_is_a_clear_error(workers, certs, capsys,
+                                                 tmp_path):
+  address = workers.address('tls')
+  code = binary.run_train(*FAST, f'--workers={address}',
+                          f'--worker_tls_root_cert={certs["other"]}',
+                          '--worker_timeout=3',
+                          f'--output_dir={tmp_path / "run"}')
+  assert code == 2
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1
+  assert err.startswith(f'train: error: --workers={address}: worker {address} '
+                        'is not reachable within 3 s (UNAVAILABLE: ')
+  assert 'CERTIFICATE_VERIFY_FAILED' in err or 'handshake' in err.lower()
+  # Plain TCP to a TLS worker fails the same clear way.
+  with pytest.raises(runtime.WorkerError, match=f'^worker {address} is not '
+                     r'reachable within 2 s \(UNAVAILABLE: '):
+    runtime.set_remote_execution_context(address, connect_timeout=2)
+
+
+def test_client_stateful_algorithm_is_refused_on_workers(workers, capsys,
+                                                        tmp_path):
+  # TFF's multi-worker context returns client-placed results in the order
+  # the workers finish: per-client states would reach the wrong clients.
+  addresses = f'{workers.address("a")},{workers.address("b")}'
+  code = binary.run_train(*FAST, '--algorithm=scaffold',
+                          f'--workers={addresses}',
+                          f'--output_dir={tmp_path / "run"}')
+  assert code == 2
+  assert capsys.readouterr().err == (
+      f'train: error: --workers={addresses}: --algorithm=scaffold keeps '
+      "per-client state, which TFF 0.87's multi-worker context returns in "
+      "the order the workers finish rather than in the clients' order; run "
+      'it without --workers.\n')
+
+
+def test_worker_killed_mid_run_then_resume_loses_nothing(
+    workers, local_results, capsys, tmp_path, monkeypatch):
+  output_dir = str(tmp_path / 'run')
+  args = [*FAST, f'--workers={workers.address("a")},{workers.address("b")}',
+          '--gpu_memory_growth', f'--output_dir={output_dir}']
+  append = training_loop.MetricsLog.append
+
+  def append_then_kill_b_after_round_2(self, row):
+    append(self, row)
+    if int(row['round']) == 2:
+      workers.kill('b')
+
+  monkeypatch.setattr(training_loop.MetricsLog, 'append',
+                      append_then_kill_b_after_round_2)
+  assert binary.run_train(*args) == 2
+  captured = capsys.readouterr()
+  if not _HAS_GPU:
+    assert ('no GPU found: GPU settings (memory growth, logical GPUs) '
+            'ignored.\n') in captured.out
+  address = workers.address('b')
+  assert captured.err.count('\n') == 1
+  assert captured.err.startswith(
+      f'train: error: worker {address} stopped answering (UNAVAILABLE: ')
+  assert captured.err.endswith(
+      f'The results in {output_dir} are intact: run the same command again '
+      '(with the worker back) to resume from the last checkpoint.\n')
+  before = _rows(output_dir)
+  assert [r['round'] for r in before] == ['1', '2']
+  assert sorted(os.listdir(os.path.join(output_dir, 'checkpoints'))) == [
+      'program_state_1', 'program_state_2']
+
+  monkeypatch.setattr(training_loop.MetricsLog, 'append', append)
+  workers.start('b', port=workers.ports['b'])
+  workers.wait_ready('b')
+  assert binary.run_train(*args) == 0
+  assert 'Resuming after round 2' in capsys.readouterr().out
+  after = _rows(output_dir)
+  assert after[:2] == before  # Nothing written is lost.
+  expected = local_results['rows']
+  assert [r['round'] for r in after] == [r['round'] for r in expected]
+  for got, want in zip(after, expected):
+    for column in ('train_loss', 'train_accuracy', 'eval_loss',
+                   'eval_accuracy'):
+      np.testing.assert_allclose(float(got[column]), float(want[column]),
+                                 rtol=1e-5, atol=1e-6, err_msg=column)
