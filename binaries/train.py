@@ -49,7 +49,9 @@ HPARAMS_FILE = 'hparams.json'
 # Settings that may change when a run is resumed: they do not change what
 # the run computes.
 RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
-                     'max_concurrent_clients')
+                     'max_concurrent_clients', 'workers',
+                     'worker_tls_root_cert', 'worker_timeout',
+                     'gpu_memory_growth', 'logical_gpus')
 
 # --- What to train -----------------------------------------------------------
 flags.DEFINE_enum('task', 'digits', tasks.TASK_NAMES, 'Benchmark task.')
@@ -133,7 +135,17 @@ flags.DEFINE_float('alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the '
 flags.DEFINE_float('lam', None, 'FedCurv penalty strength lambda; needed by '
                    'fedcurv.', lower_bound=0.0)
 
-# --- FedPTR-S (--algorithm=fedptr_s; --mu is its base strength) --------------
+# --- FedDyn (--algorithm=feddyn) and FedBN (--fedbn) -------------------------
+flags.DEFINE_float('feddyn_alpha', 0.01, 'FedDyn regularization strength '
+                   'alpha, > 0 (FedADC\'s grid: 0.1, 0.01, 0.001).')
+flags.DEFINE_boolean('fedbn', False, 'FedBN: keep every BatchNormalization '
+                     'layer local to its client (client state kept and '
+                     'checkpointed by the loop), on top of --algorithm='
+                     'fedopt|fedprox|fedfor|fedcurv|feddyn; needs a model with '
+                     'batch norm, e.g. --task_option=model=cnn_bn for digits. '
+                     'Evaluation uses the global model\'s (initial) BN.')
+
+# --- FedPTR (--algorithm=fedptr|fedptr_s; --mu is its base strength) -------
 flags.DEFINE_integer('images_per_class', 10, 'FedPTR synthetic images per '
                      'class (the paper: 10 for 10 classes, 2 for 100).',
                      lower_bound=1)
@@ -178,6 +190,30 @@ flags.DEFINE_boolean('final_full_eval', None, 'After the last round, evaluate '
 flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
                      'client computations at once (TFF\'s C++ executor); '
                      'unlimited by default.', lower_bound=1)
+
+# --- Where the rounds run: TFF workers on other hosts, GPUs -----------------
+flags.DEFINE_string('workers', None, 'Run the rounds on these TFF workers, '
+                    'HOST:PORT,HOST:PORT,... (start each with `python -m '
+                    'binaries.worker --port=PORT`): every round\'s clients '
+                    'are split among them. A worker runs any computation it '
+                    'is sent: only on a private network or through an '
+                    'authenticated tunnel. Default: this machine.')
+flags.DEFINE_string('worker_tls_root_cert', None, 'PEM root certificate '
+                    'that signed the workers\' certificates: connect to '
+                    '--workers over TLS.')
+flags.DEFINE_float('worker_timeout', 30.0, 'Seconds to wait for every '
+                   'worker to answer at start-up.', lower_bound=0.001)
+flags.DEFINE_boolean('gpu_memory_growth', False, 'Allocate GPU memory as '
+                     'needed (every GPU; also TFF\'s local C++ worker). '
+                     'Without a GPU: a one-line note, nothing else.')
+flags.DEFINE_integer('logical_gpus', None, 'Split the first GPU into this '
+                     'many logical GPUs of --logical_gpu_memory_mb each for '
+                     'this process\'s TensorFlow. TFF\'s C++ runtime has no '
+                     'device placement: to spread clients over several GPUs '
+                     'run one `binaries.worker --gpu=K` per GPU and list them '
+                     'in --workers.', lower_bound=1)
+flags.DEFINE_integer('logical_gpu_memory_mb', 2048, 'Memory of each logical '
+                     'GPU of --logical_gpus.', lower_bound=1)
 
 # --- Personalization by classifier calibration (FedADC paper, IV-D) ----------
 flags.DEFINE_boolean('personalize', False, 'After the last round, each '
@@ -268,6 +304,11 @@ def resolve_hparams() -> dict:
       'seed': FLAGS.seed,
       'checkpoint_every': FLAGS.checkpoint_every,
       'max_concurrent_clients': FLAGS.max_concurrent_clients,
+      'workers': _resolve_workers(),
+      'worker_tls_root_cert': FLAGS.worker_tls_root_cert,
+      'worker_timeout': FLAGS.worker_timeout,
+      'gpu_memory_growth': FLAGS.gpu_memory_growth,
+      'logical_gpus': FLAGS.logical_gpus,
   }
   # Per-optimizer defaults (the paper's Tables 8-9) for the chosen optimizer.
   paper = tasks.task_paper_settings(FLAGS.task)
@@ -287,6 +328,8 @@ def resolve_hparams() -> dict:
     hparams[name] = FLAGS[name].value
   for name in registry.ALGORITHMS[FLAGS.algorithm].optional_hparams:
     hparams[name] = FLAGS[name].value
+  if FLAGS.fedbn:  # Recorded only when set: older run directories resume.
+    hparams['fedbn'] = True
   hparams['output_dir'] = FLAGS.output_dir or os.path.join(
       'results', '{task}_{algorithm}_{server_opt}_{time}'.format(
           time=datetime.datetime.now().strftime('%Y%m%d-%H%M%S'), **hparams))
@@ -358,7 +401,7 @@ def run(hparams: dict) -> None:
   from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
 
   resuming = prepare_output_dir(hparams)
-  runtime.set_local_execution_context(hparams['max_concurrent_clients'])
+  _set_execution_context(hparams)
 
   try:
     task = tasks.create_task(
@@ -371,6 +414,10 @@ def run(hparams: dict) -> None:
         data_dir=hparams['data_dir'],
         seed=hparams['seed'],
         **hparams['task_options'])
+    # Long-tail / concept-shift rounds (tasks/heterogeneity.py), or None.
+    round_data = tasks.create_round_data(
+        hparams['task'], task, data_dir=hparams['data_dir'],
+        seed=hparams['seed'], **hparams['task_options'])
   except data_errors.MissingDataError as e:
     raise UsageError(str(e)) from e
   except ValueError as e:
@@ -415,16 +462,24 @@ def run(hparams: dict) -> None:
                 registry.ALGORITHMS[hparams['algorithm']].optional_hparams)
   }
   try:
-    process = registry.build_process(
-        hparams['algorithm'],
-        task.model_fn,
-        client_optimizer_fn=client_optimizer,
-        server_optimizer_fn=server_optimizer,
-        client_weighting=weighting,
-        client_lr_schedule=schedule,
-        **algorithm_hparams)
-  except ValueError as e:
-    raise UsageError(str(e)) from e
+    with _flag_errors(hparams, alpha=('feddyn_alpha'
+                                      if hparams['algorithm'] == 'feddyn'
+                                      else 'alpha')):
+      process = registry.build_process(
+          hparams['algorithm'],
+          task.model_fn,
+          client_optimizer_fn=client_optimizer,
+          server_optimizer_fn=server_optimizer,
+          client_weighting=weighting,
+          client_lr_schedule=schedule,
+          fedbn=hparams.get('fedbn', False),
+          num_clients=len(client_ids),
+          **algorithm_hparams)
+  except UsageError as e:
+    if str(e).startswith('FedBN'):
+      raise UsageError(f'--fedbn: task {hparams["task"]}: {e}') from e
+    raise
+  _check_workers_can_run(hparams, process)
 
   if not resuming:
     write_hparams(hparams, {
@@ -433,6 +488,8 @@ def run(hparams: dict) -> None:
         'partition': tasks.describe_task_data(
             hparams['task'], data_dir=hparams['data_dir'],
             seed=hparams['seed'], **hparams['task_options']),
+        **({'round_data': round_data.describe(hparams['rounds'])}
+           if round_data is not None else {}),
     })
   else:
     write_hparams(hparams, _saved_extras(hparams))
@@ -453,6 +510,23 @@ def run(hparams: dict) -> None:
     eval_data = task.datasets.eval_preprocess_fn(
         task.datasets.test_data.create_tf_dataset_from_all_clients())
   evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
+  round_clients_fn, current_round = None, [0]
+  if round_data is not None:
+
+    def round_clients_fn(round_num, sampled):
+      current_round[0] = round_num
+      return round_data.clients_for_round(round_num, sampled)
+
+    if round_data.concept_shift is not None:
+      # Score on the current concept: one evaluator per label map seen.
+      evaluators = {}
+
+      def evaluate(weights):
+        key = round_data.label_map(current_round[0]).tobytes()
+        if key not in evaluators:
+          evaluators[key] = evaluation.build_evaluator(
+              task.model_fn, round_data.relabel(eval_data, current_round[0]))
+        return evaluators[key](weights)
 
   def client_dataset(client_id):
     return task.datasets.train_preprocess_fn(
@@ -474,7 +548,8 @@ def run(hparams: dict) -> None:
       eval_every=hparams['eval_every'],
       checkpoint_every=hparams['checkpoint_every'],
       initial_state=initial_state,
-      log=lambda line: print(line, flush=True))
+      log=lambda line: print(line, flush=True),
+      round_clients_fn=round_clients_fn)
   if hparams.get('final_full_eval'):
     _final_full_eval(hparams, task, evaluation,
                      process.get_model_weights(result.state))
@@ -625,15 +700,102 @@ def _saved_extras(hparams: dict) -> dict:
   return {k: v for k, v in saved.items() if k not in hparams}
 
 
+def _resolve_workers() -> str | None:
+  """Checks --workers; returns it normalized (`None`: run locally).
+
+  Raises:
+    UsageError: If an address is malformed, --max_concurrent_clients is
+      also given (it belongs to each worker), or --worker_tls_root_cert is
+      given without --workers.
+  """
+  if FLAGS.workers is None:
+    if FLAGS.worker_tls_root_cert is not None:
+      raise UsageError(f'--worker_tls_root_cert={FLAGS.worker_tls_root_cert}'
+                       ': needs --workers.')
+    return None
+  try:
+    workers = runtime.parse_workers(FLAGS.workers)
+  except ValueError as e:
+    raise UsageError(f'--workers={FLAGS.workers}: ' +
+                     str(e).removeprefix('workers: ')) from e
+  if FLAGS.max_concurrent_clients is not None:
+    raise UsageError(f'--max_concurrent_clients='
+                     f'{FLAGS.max_concurrent_clients}: with --workers, set it '
+                     'on each worker (python -m binaries.worker '
+                     '--max_concurrent_clients=N).')
+  return ','.join(f'{host}:{port}' for host, port in workers)
+
+
+def _check_workers_can_run(hparams: dict, process) -> None:
+  """Refuses --workers for a process that returns per-client state.
+
+  TFF 0.87's mergeable-computation context concatenates client-placed
+  results in the order the workers finish, not in the clients' order, so
+  per-client states (SCAFFOLD, FedDyn, FedBN) would go to the wrong clients.
+
+  Raises:
+    UsageError: If --workers is set and `process` keeps per-client state.
+  """
+  from tff_opt import client_states  # pylint: disable=g-import-not-at-top
+  if hparams['workers'] and client_states.is_client_stateful(process):
+    fedbn = ' --fedbn' if hparams.get('fedbn') else ''
+    raise UsageError(
+        f'--workers={hparams["workers"]}: --algorithm={hparams["algorithm"]}'
+        f'{fedbn} keeps per-client state, which TFF 0.87\'s multi-worker '
+        'context returns in the order the workers finish rather than in the '
+        'clients\' order; run it without --workers.')
+
+
+def _set_execution_context(hparams: dict) -> None:
+  """GPU settings, then TFF's local C++ context or the --workers context.
+
+  Raises:
+    UsageError: If a GPU flag is inconsistent, the root certificate cannot
+      be read, or a worker does not answer.
+  """
+  with _flag_errors(hparams, logical_gpus='logical_gpus'):
+    runtime.configure_gpus(
+        memory_growth=hparams['gpu_memory_growth'],
+        logical_gpus=hparams['logical_gpus'],
+        logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb,
+        log=lambda line: print(line, flush=True))
+  if not hparams['workers']:
+    runtime.set_local_execution_context(hparams['max_concurrent_clients'])
+    return
+  root_cert = None
+  if hparams['worker_tls_root_cert']:
+    path = hparams['worker_tls_root_cert']
+    try:
+      with open(path, 'rb') as f:
+        root_cert = f.read()
+    except OSError as e:
+      raise UsageError(f'--worker_tls_root_cert={path}: cannot read it: '
+                       f'{e.strerror or e}.') from e
+  try:
+    runtime.set_remote_execution_context(
+        hparams['workers'], tls_root_certificates=root_cert,
+        connect_timeout=hparams['worker_timeout'])
+  except runtime.WorkerError as e:
+    raise UsageError(f'--workers={hparams["workers"]}: {e}') from e
+
+
 def main(argv):
   logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])} (flags take the form '
           '--name=value).')
+  hparams = None
   try:
-    run(resolve_hparams())
+    hparams = resolve_hparams()
+    run(hparams)
   except UsageError as e:
     _fail(str(e))
+  except runtime.WorkerError as e:
+    # A worker died or failed mid-run. Nothing written is lost: metrics.csv
+    # and the checkpoints are rewritten atomically, and a re-run resumes.
+    _fail(f'{e} The results in {hparams["output_dir"]} are intact: run the '
+          'same command again (with the worker back) to resume from the last '
+          'checkpoint.')
 
 
 def _fail(message: str) -> None:

@@ -17,6 +17,7 @@ one `_TaskEntry` to `_REGISTRY` below.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,10 +25,12 @@ import tensorflow_federated as tff
 
 from tasks import cifar
 from tasks import digits
+from tasks import domains
 from tasks import emnist
 from tasks import paper_settings as _paper
 from tasks import shakespeare
 from tasks import stackoverflow
+from tasks import tfds_images
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +72,14 @@ class _TaskEntry:
   # if `final_full_eval`, on the whole test set once after the last round.
   eval_examples: int | None = None
   final_full_eval: bool = False
+  # (task, seed, use_synthetic_data, data_dir, **options) -> round-dependent
+  # training data (`heterogeneity.RoundClientData`) or None.
+  round_data: Callable[..., Any] | None = None
 
 
 def _describe_digits(*, seed, use_synthetic_data, data_dir, **options):
   del data_dir
+  options.pop('model', None)  # The network does not change the partition.
   return digits.describe_split(digits.split_digits(
       seed=seed, use_synthetic_data=use_synthetic_data, **options))
 
@@ -96,6 +103,7 @@ _REGISTRY: dict[str, _TaskEntry] = {
             eval_every=10,
         ),
         describe=_describe_digits,
+        round_data=digits.create_round_data,
     ),
 }
 
@@ -140,6 +148,38 @@ _REGISTRY.update({
         'stackoverflow_nwp', stackoverflow.create_stackoverflow_nwp_task,
         stackoverflow.NWP_OPTIONS, rounds=1500, batch_size=16,
         clients_per_round=50, eval_examples=10000, final_full_eval=True),
+})
+
+
+def _heterogeneity_entry(builder, describe, name: str, options, *,
+                         rounds: int, clients_per_round: int) -> _TaskEntry:
+  """FedFOR / FedBN's local training (SGD 0.01, batch 32) and FedAvg."""
+  return _TaskEntry(
+      builder=functools.partial(builder, name), options=options,
+      defaults=TaskDefaults(
+          rounds=rounds, clients_per_round=clients_per_round,
+          client_epochs=1, client_batch_size=32, client_optimizer='sgd',
+          client_lr=0.01, server_optimizer='sgd', server_lr=1.0,
+          server_tau=1e-3, server_beta_1=0.9, server_beta_2=0.99,
+          eval_every=10),
+      describe=functools.partial(describe, name))
+
+
+# TFDS image tasks and one-domain-per-client tasks (tasks/tfds_images.py,
+# tasks/domains.py).
+_REGISTRY.update({
+    name: _heterogeneity_entry(
+        tfds_images.create_tfds_image_task,
+        tfds_images.describe_tfds_image_task, name,
+        tfds_images.default_options(name), rounds=200, clients_per_round=10)
+    for name in ('mnist', 'fashion_mnist', 'svhn')
+})
+_REGISTRY.update({
+    name: _heterogeneity_entry(
+        domains.create_domain_task, domains.describe_domain_task, name,
+        domains.default_options(name), rounds=rounds,
+        clients_per_round=len(domains.COLLECTIONS[name].domains))
+    for name, rounds in (('digits_domains', 100), ('domainnet', 300))
 })
 
 TASK_NAMES: tuple[str, ...] = tuple(sorted(_REGISTRY))
@@ -259,3 +299,26 @@ def describe_task_data(name: str, *, data_dir: str | None = None,
     return {}
   return entry.describe(seed=seed, use_synthetic_data=use_synthetic_data,
                         data_dir=data_dir, **resolved)
+
+
+def create_round_data(name: str, task: tff.simulation.baselines.BaselineTask,
+                      *, data_dir: str | None = None,
+                      use_synthetic_data: bool = False, seed: int = 0,
+                      **options: Any) -> Any:
+  """The task's round-dependent training data, or None (static clients).
+
+  Same arguments as `create_task`, plus the task it built. For `digits` with
+  option `partition=long_tail` or `concept_shift` > 0: a
+  `heterogeneity.RoundClientData`, whose `clients_for_round` is the
+  `round_clients_fn` of `tff_opt.training_loop.run_training`.
+
+  Raises:
+    ValueError: If `name` or an option is unknown, or an option is invalid.
+  """
+  entry = _entry(name)
+  resolved = _resolve_options(name, entry, options)
+  if entry.round_data is None:
+    return None
+  return entry.round_data(task, seed=seed,
+                          use_synthetic_data=use_synthetic_data,
+                          data_dir=data_dir, **resolved)

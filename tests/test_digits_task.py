@@ -242,7 +242,9 @@ def test_unknown_option():
                       num_clinets=10)
   assert str(error.value) == (
       "Unknown option 'num_clinets' for task 'digits'; known options: "
-      'alpha, num_clients, num_test_clients, test_fraction')
+      'alpha, beta, classes_per_client, concept_shift, distinct_classes, '
+      'empty_clients, imbalance_ratio, long_tail_fraction, model, '
+      'num_clients, num_domains, num_test_clients, partition, test_fraction')
 
 
 @pytest.mark.parametrize('options, message', [
@@ -265,7 +267,11 @@ def test_registry_and_defaults():
   assert tasks.TASK_NAMES == tuple(sorted(tasks.TASK_NAMES))
   assert tasks.task_options('digits') == {
       'num_clients': 100, 'num_test_clients': 20, 'alpha': 0.5,
-      'test_fraction': 0.2}
+      'test_fraction': 0.2, 'model': 'cnn', 'partition': 'dirichlet',
+      'beta': 10.0, 'classes_per_client': 2, 'distinct_classes': False,
+      'empty_clients': 'keep', 'num_domains': None,
+      'long_tail_fraction': 0.1, 'imbalance_ratio': 0.01,
+      'concept_shift': 0.0}
   defaults = tasks.task_defaults('digits')
   assert dataclasses.asdict(defaults) == {
       'rounds': 150,

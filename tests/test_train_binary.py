@@ -183,7 +183,10 @@ def test_task_options_reach_the_task_and_hparams(tmp_path):
 
 @pytest.mark.parametrize('option, message', [
     ('nope=1', "--task=digits: Unknown option 'nope' for task 'digits'; "
-     'known options: alpha, num_clients, num_test_clients, test_fraction'),
+     'known options: alpha, beta, classes_per_client, concept_shift, '
+     'distinct_classes, empty_clients, imbalance_ratio, long_tail_fraction, '
+     'model, num_clients, num_domains, num_test_clients, partition, '
+     'test_fraction'),
     ('alpha', '--task_option=alpha: expected NAME=VALUE.'),
 ])
 def test_bad_task_option_is_one_line_error(option, message, tmp_path, capsys):

@@ -7,13 +7,16 @@ its `hparams` (each one a flag of `binaries.train`, e.g. `mu` for FedProx).
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import tensorflow_federated as tff
 
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_adc
+from tff_opt.algorithms import fed_bn
+from tff_opt.algorithms import fed_dyn
 from tff_opt.algorithms import slowmo
 
 
@@ -29,12 +32,15 @@ class Algorithm:
     hparams: Names of the algorithm-specific hyper-parameters `build` takes.
     optional_hparams: Names `build` also takes, passed even when `None`
       (their flag's `None` means the algorithm's own default).
+    needs_num_clients: `build` takes `num_clients`, the number of training
+      clients of the task (FedDyn's m).
   """
   name: str
   summary: str
   build: Callable[..., tff.learning.templates.LearningProcess]
   hparams: tuple[str, ...] = ()
   optional_hparams: tuple[str, ...] = ()
+  needs_num_clients: bool = False
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -90,6 +96,16 @@ ALGORITHMS: dict[str, Algorithm] = {
             build=algorithms.build_fed_curv,
             hparams=('lam',)),
         Algorithm(
+            name='feddyn',
+            summary=('FedDyn (Acar et al. Algorithm 1): local objective '
+                     'L_k - <g_k, w> + (alpha/2)||w - w_t||^2 with per-client '
+                     'state g_k kept by the training loop, server correction '
+                     'h (--feddyn_alpha); the paper\'s server step is '
+                     '--server_opt=sgd --server_lr=1'),
+            build=fed_dyn.build_fed_dyn_from_flags,
+            hparams=('feddyn_alpha',),
+            needs_num_clients=True),
+        Algorithm(
             name='scaffold',
             summary=('SCAFFOLD option II (Reddi et al. Algorithm 6): client '
                      'and server control variates, client state kept by the '
@@ -108,18 +124,36 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
                      'update_every', 'mtt_init_lr', 'mtt_image_lr',
                      'mtt_lr_lr')),
+        Algorithm(
+            name='fedptr',
+            summary=('FedPTR (client side): each client matches the last '
+                     'global step (w_{t-1}, w_t) on a synthetic set started '
+                     'from its own images, projects w~_{t+1} and trains with '
+                     'sum_l mu_l/2 ||w_l - w~_l||^2 (same flags as fedptr_s; '
+                     '--update_every must be 1)'),
+            build=functools.partial(algorithms.build_fed_ptr, side='client'),
+            hparams=('mu', 'images_per_class', 'mtt_outer_steps',
+                     'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
+                     'update_every', 'mtt_init_lr', 'mtt_image_lr',
+                     'mtt_lr_lr')),
     ]
 }
 
 
 def build_process(name: str, model_fn: Callable[[], Any], *,
                   client_optimizer_fn, server_optimizer_fn, client_weighting,
-                  client_lr_schedule, **hparams):
+                  client_lr_schedule, fedbn: bool = False,
+                  num_clients: Optional[int] = None, **hparams):
   """Builds algorithm `name`, passing it only the hyper-parameters it takes.
 
+  With `fedbn`, builds `name` + FedBN (`algorithms.fed_bn`: batch-norm
+  layers local to each client) for the bases in `fed_bn.BASES`.
+  `num_clients` (the task's training population) goes to algorithms that
+  need it (`needs_num_clients`).
+
   Raises:
-    ValueError: If `name` is unknown, or a hyper-parameter it needs is
-      missing.
+    ValueError: If `name` is unknown (or has no FedBN variant), or a
+      hyper-parameter it needs is missing.
   """
   if name not in ALGORITHMS:
     raise ValueError(f'Unknown algorithm {name!r}; known algorithms: '
@@ -129,6 +163,20 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   if missing:
     raise ValueError(f'Algorithm {name!r} needs ' +
                      ', '.join(f'--{h}' for h in missing) + '.')
+  extra = {}
+  if algorithm.needs_num_clients:
+    extra['num_clients'] = num_clients
+  if fedbn:
+    if name not in fed_bn.BASES:
+      raise ValueError(f'--fedbn: algorithm {name!r} has no FedBN variant; '
+                       f'FedBN runs on {", ".join(fed_bn.BASES)}.')
+    return fed_bn.build_fed_bn_from_flags(
+        name, model_fn,
+        client_optimizer_fn=client_optimizer_fn,
+        server_optimizer_fn=server_optimizer_fn,
+        client_weighting=client_weighting,
+        client_lr_schedule=client_lr_schedule,
+        **{h: hparams[h] for h in algorithm.hparams}, **extra)
   return algorithm.build(
       model_fn,
       client_optimizer_fn=client_optimizer_fn,
@@ -136,4 +184,4 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule,
       **{h: hparams[h] for h in algorithm.hparams},
-      **{h: hparams.get(h) for h in algorithm.optional_hparams})
+      **{h: hparams.get(h) for h in algorithm.optional_hparams}, **extra)
