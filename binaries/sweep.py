@@ -204,6 +204,83 @@ def subprocess_launcher(argv: list[str], log_path: str) -> int:
         stderr=subprocess.STDOUT, check=False).returncode
 
 
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """One `binaries.train` run of a grid: what `run_jobs` launches.
+
+  Attributes:
+    name: Its name in the log lines and its log file's (`<name>.log`).
+    argv: The `binaries.train` arguments (with its `--output_dir`).
+    output_dir: The run's `--output_dir`.
+    rounds: The rounds it must log to count as finished.
+  """
+  name: str
+  argv: tuple[str, ...]
+  output_dir: str
+  rounds: int
+
+
+def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
+             launcher: Launcher = subprocess_launcher,
+             log: Callable[[str], None] = print) -> dict[str, str]:
+  """Runs the jobs not finished yet, at most `parallel` at once.
+
+  A job is finished when `is_finished(job.output_dir, job.rounds)`; the
+  others are launched (an unfinished one resumes from its checkpoints, as
+  `binaries.train` does), each logging to `<logs_dir>/<name>.log`.
+
+  Args:
+    jobs: The runs, with distinct names.
+    logs_dir: Where the runs' logs go (created).
+    parallel: How many runs at once, positive.
+    launcher: Runs one job (`subprocess_launcher`; tests record instead).
+    log: Called with one line per job started, skipped or ended.
+
+  Returns:
+    `{name: 'skipped' | 'finished' | 'failed'}` ('failed': the run exited
+    with an error, or ended without logging every round).
+
+  Raises:
+    ValueError: If `parallel` or a job's `rounds` is not positive, or two
+      jobs share a name.
+  """
+  if parallel < 1:
+    raise ValueError(f'parallel must be a positive integer, got {parallel}.')
+  names = [job.name for job in jobs]
+  if len(set(names)) != len(names):
+    raise ValueError(f'job names must be distinct, got {sorted(names)}.')
+  for job in jobs:
+    if job.rounds < 1:
+      raise ValueError(
+          f'rounds must be a positive integer, got {job.rounds}.')
+  os.makedirs(logs_dir, exist_ok=True)
+  outcome = {}
+  todo = []
+  for job in jobs:
+    if is_finished(job.output_dir, job.rounds):
+      outcome[job.name] = 'skipped'
+      log(f'{job.name}: finished before, skipped')
+    else:
+      todo.append(job)
+  lock = threading.Lock()
+
+  def run_one(job):
+    log_path = os.path.join(logs_dir, job.name + '.log')
+    with lock:
+      log(f'{job.name}: started (log {log_path})')
+    status = launcher(list(job.argv), log_path)
+    ok = status == 0 and is_finished(job.output_dir, job.rounds)
+    with lock:
+      log(f'{job.name}: ' + ('finished' if ok else
+                             f'FAILED (exit {status}; see {log_path})'))
+    return job.name, 'finished' if ok else 'failed'
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+    for name, status in pool.map(run_one, todo):
+      outcome[name] = status
+  return outcome
+
+
 def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
               algorithm: str, server_opt: str, rounds: int,
               train_flags: Sequence[str] = (), parallel: int = 1,
@@ -231,37 +308,18 @@ def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
     raise ValueError(f'parallel must be a positive integer, got {parallel}.')
   if rounds < 1:
     raise ValueError(f'rounds must be a positive integer, got {rounds}.')
-  os.makedirs(os.path.join(sweep_dir, LOGS_DIR), exist_ok=True)
-  outcome = {}
-  todo = []
+  jobs = []
   for point in points:
     output_dir = os.path.join(sweep_dir, point.name)
-    if is_finished(output_dir, rounds):
-      outcome[point] = 'skipped'
-      log(f'{point.name}: finished before, skipped')
-    else:
-      todo.append(point)
-  lock = threading.Lock()
-
-  def run_one(point):
-    output_dir = os.path.join(sweep_dir, point.name)
-    log_path = os.path.join(sweep_dir, LOGS_DIR, point.name + '.log')
-    argv = train_argv(point, task=task, algorithm=algorithm,
-                      server_opt=server_opt, rounds=rounds,
-                      output_dir=output_dir, train_flags=train_flags)
-    with lock:
-      log(f'{point.name}: started (log {log_path})')
-    status = launcher(argv, log_path)
-    ok = status == 0 and is_finished(output_dir, rounds)
-    with lock:
-      log(f'{point.name}: ' + ('finished' if ok else
-                               f'FAILED (exit {status}; see {log_path})'))
-    return point, 'finished' if ok else 'failed'
-
-  with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-    for point, status in pool.map(run_one, todo):
-      outcome[point] = status
-  return outcome
+    jobs.append(Job(
+        name=point.name, output_dir=output_dir, rounds=rounds,
+        argv=tuple(train_argv(point, task=task, algorithm=algorithm,
+                              server_opt=server_opt, rounds=rounds,
+                              output_dir=output_dir,
+                              train_flags=train_flags))))
+  outcome = run_jobs(jobs, logs_dir=os.path.join(sweep_dir, LOGS_DIR),
+                     parallel=parallel, launcher=launcher, log=log)
+  return {point: outcome[point.name] for point in points}
 
 
 def collect(points: Sequence[GridPoint], *, sweep_dir: str, rounds: int,
