@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test clean-venv
+.PHONY: venv run test bazel-test clean-venv
 
 venv: $(STAMP)
 
@@ -22,6 +22,11 @@ run: venv
 
 test: venv
 	$(PY) -m pytest -n 2 -q tests
+
+# The same tests as Bazel targets (Debian's bazel-bootstrap, offline; see
+# the README's Bazel section).
+bazel-test: venv
+	bazel test //...
 
 clean-venv:
 	rm -rf $(VENV)
