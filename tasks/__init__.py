@@ -129,10 +129,15 @@ def _paper_entry(task: str, builder, options, *, rounds: int,
 
 
 _REGISTRY.update({
-    'cifar10': _paper_entry('cifar10', cifar.create_cifar10_task,
-                            cifar.CIFAR10_OPTIONS, rounds=4000, batch_size=20),
-    'cifar100': _paper_entry('cifar100', cifar.create_cifar100_task, {},
-                             rounds=4000, batch_size=20),
+    'cifar10': dataclasses.replace(
+        _paper_entry('cifar10', cifar.create_cifar10_task,
+                     cifar.CIFAR10_OPTIONS, rounds=4000, batch_size=20),
+        describe=cifar.describe_cifar10_task,
+        round_data=cifar.create_cifar10_round_data),
+    'cifar100': dataclasses.replace(
+        _paper_entry('cifar100', cifar.create_cifar100_task,
+                     cifar.CIFAR100_OPTIONS, rounds=4000, batch_size=20),
+        round_data=cifar.create_cifar100_round_data),
     'emnist_ae': _paper_entry('emnist_ae', emnist.create_emnist_ae_task, {},
                               rounds=3000, batch_size=20),
     'emnist_cr': _paper_entry('emnist_cr', emnist.create_emnist_cr_task, {},
@@ -152,7 +157,8 @@ _REGISTRY.update({
 
 
 def _heterogeneity_entry(builder, describe, name: str, options, *,
-                         rounds: int, clients_per_round: int) -> _TaskEntry:
+                         rounds: int, clients_per_round: int,
+                         round_data=None) -> _TaskEntry:
   """FedFOR / FedBN's local training (SGD 0.01, batch 32) and FedAvg."""
   return _TaskEntry(
       builder=functools.partial(builder, name), options=options,
@@ -162,7 +168,8 @@ def _heterogeneity_entry(builder, describe, name: str, options, *,
           client_lr=0.01, server_optimizer='sgd', server_lr=1.0,
           server_tau=1e-3, server_beta_1=0.9, server_beta_2=0.99,
           eval_every=10),
-      describe=functools.partial(describe, name))
+      describe=functools.partial(describe, name),
+      round_data=round_data and functools.partial(round_data, name))
 
 
 # TFDS image tasks and one-domain-per-client tasks (tasks/tfds_images.py,
@@ -171,14 +178,16 @@ _REGISTRY.update({
     name: _heterogeneity_entry(
         tfds_images.create_tfds_image_task,
         tfds_images.describe_tfds_image_task, name,
-        tfds_images.default_options(name), rounds=200, clients_per_round=10)
+        tfds_images.default_options(name), rounds=200, clients_per_round=10,
+        round_data=tfds_images.create_round_data)
     for name in ('mnist', 'fashion_mnist', 'svhn')
 })
 _REGISTRY.update({
     name: _heterogeneity_entry(
         domains.create_domain_task, domains.describe_domain_task, name,
         domains.default_options(name), rounds=rounds,
-        clients_per_round=len(domains.COLLECTIONS[name].domains))
+        clients_per_round=len(domains.COLLECTIONS[name].domains),
+        round_data=domains.create_round_data)
     for name, rounds in (('digits_domains', 100), ('domainnet', 300))
 })
 

@@ -39,7 +39,11 @@ Pipeline (FedBN's code, `federated/fed_digits.py`, `fed_domainnet.py`):
    d's training examples; with c > 1 every domain's examples are split
    equally over c clients. Test clients are the domains' whole test sets,
    one client per domain.
-4. Client ids: `train_<domain>` (`train_<domain>_<j>` when
+4. Concept shift (FedFOR 4.4, option `concept_shift`, a probability per
+   round, 0 = off): on top of the domains, `heterogeneity.RoundClientData`
+   relabels the sampled clients' data by the round's persistent label map
+   (`partitioners.ConceptShift`; `create_round_data`).
+5. Client ids: `train_<domain>` (`train_<domain>_<j>` when
    clients_per_domain > 1) and `test_<domain>`, in the order of option
    `domains` (a comma-separated subset; default all).
 
@@ -66,6 +70,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import data_errors
+from tasks import heterogeneity
 from tasks import partitioners
 from tasks import tfds_images
 
@@ -112,7 +117,8 @@ def default_options(task: str) -> dict[str, Any]:
           'image_size': collection.image_size,
           'train_fraction': collection.train_fraction,
           'clients_per_domain': 1,
-          'model': collection.default_model}
+          'model': collection.default_model,
+          'concept_shift': 0.0}
 
 
 def _instructions(task: str, directory: str) -> str:
@@ -211,6 +217,9 @@ def _resolve(task: str, options: dict[str, Any]) -> dict[str, Any]:
   if not (isinstance(opts['image_size'], int) and opts['image_size'] >= 4):
     raise ValueError(f'image_size must be an integer >= 4, got '
                      f'{opts["image_size"]!r}.')
+  if not 0 <= opts['concept_shift'] <= 1:
+    raise ValueError(f'concept_shift must be a probability in [0, 1], got '
+                     f'{opts["concept_shift"]!r}.')
   tfds_images.check_model(task, opts['model'], collection.models)
   return opts
 
@@ -328,7 +337,8 @@ def create_domain_task(
     use_synthetic_data: Use seeded synthetic domains (no files).
     seed: Seed of the truncation.
     **options: `domains`, `image_size`, `train_fraction`,
-      `clients_per_domain`, `model`.
+      `clients_per_domain`, `model`, `concept_shift` (used by
+      `create_round_data`).
 
   Returns:
     A `BaselineTask` whose model reports `loss` and `accuracy`.
@@ -356,6 +366,41 @@ def create_domain_task(
       train_client_spec=train_client_spec,
       eval_client_spec=eval_client_spec or DEFAULT_EVAL_CLIENT_SPEC,
       shuffle_buffer_size=max(p.size for p in train_p))
+
+
+def create_round_data(task: str,
+                      built: tff.simulation.baselines.BaselineTask, *,
+                      data_dir: str | None = None,
+                      use_synthetic_data: bool = False, seed: int = 0,
+                      **options: Any) -> heterogeneity.RoundClientData | None:
+  """The concept-shifted training data of `built`, or None without a shift.
+
+  Args:
+    task: 'digits_domains' or 'domainnet'.
+    built: The task `create_domain_task` built with the same arguments (its
+      training preprocessing is reused).
+    data_dir, use_synthetic_data, seed, **options: As for
+      `create_domain_task`.
+
+  Returns:
+    A `heterogeneity.RoundClientData` relabelling the sampled clients' data
+    by the round's concept-shift map when option `concept_shift` > 0; else
+    None.
+  """
+  opts = _resolve(task, options)
+  if not opts['concept_shift']:
+    return None
+  split = split_domains(task, data_dir=data_dir,
+                        use_synthetic_data=use_synthetic_data, seed=seed,
+                        **options)
+  train_x, train_y, train_p, train_d = domain_clients(
+      split.train, split.options['clients_per_domain'], split.client_seeds[0])
+  ids = _client_ids('train', split.domains, train_d)
+  return heterogeneity.RoundClientData(
+      train_x, train_y, dict(zip(ids, train_p)),
+      built.datasets.train_preprocess_fn, seed=seed, num_classes=NUM_CLASSES,
+      partition='domains', long_tail_fraction=1.0, imbalance_ratio=1.0,
+      concept_shift=opts['concept_shift'])
 
 
 def describe_domain_task(task: str, *, seed: int, use_synthetic_data: bool,

@@ -128,6 +128,8 @@ def partition_examples(labels: np.ndarray, num_clients: int, *,
                        alpha: float, beta: float, classes_per_client: int,
                        distinct_classes: bool, empty_clients: str,
                        num_domains: int | None, long_tail_fraction: float,
+                       examples_per_client: int | None = None,
+                       coarse_labels: np.ndarray | None = None,
                        **unused: Any) -> Partition:
   """Partitions `labels` over `num_clients` clients by `partition`'s name.
 
@@ -139,6 +141,10 @@ def partition_examples(labels: np.ndarray, num_clients: int, *,
     partition: One of `PARTITIONS`.
     alpha, beta, classes_per_client, distinct_classes, empty_clients,
       num_domains, long_tail_fraction: The options (module docstring).
+    examples_per_client: For `dirichlet`, examples per client (None: all
+      examples / `num_clients`).
+    coarse_labels: For `pachinko`, the coarse label of each example (None:
+      the stand-in `labels // 2`).
     **unused: Other task options (ignored).
 
   Returns:
@@ -160,7 +166,8 @@ def partition_examples(labels: np.ndarray, num_clients: int, *,
         labels, seed=seed, num_clients=num_clients))
   if partition == 'pachinko':
     return Partition(partitioners.pachinko_partition(
-        labels // 2, labels, num_clients, alpha, beta, seed=seed))
+        labels // 2 if coarse_labels is None else coarse_labels, labels,
+        num_clients, alpha, beta, seed=seed))
   if partition == 'domains':
     num_domains = num_domains or min(num_clients,
                                      len(partitioners.DOMAIN_TRANSFORMS))
@@ -177,7 +184,8 @@ def partition_examples(labels: np.ndarray, num_clients: int, *,
     return Partition([order[k * size:(k + 1) * size].astype(np.int64)
                       for k in range(rounds.max_clients_per_round)])
   return Partition(partitioners.dirichlet_label_partition(
-      labels, num_clients, alpha, seed=seed))
+      labels, num_clients, alpha, seed=seed,
+      examples_per_client=examples_per_client))
 
 
 def apply_domains(images: np.ndarray, partition: Partition, *,

@@ -30,17 +30,24 @@ Clients (every step seeded from `seed`, `SeedSequence(seed).spawn(2)` for the
 train and the test split):
 
 * train: option `partition` chooses the partitioner of the training labels
-  over `num_clients` clients (`PARTITIONS`):
-  - `'dirichlet'` (default): label skew of Hsu et al. with a symmetric
-    Dir(`alpha`) over the classes (`partitioners.dirichlet_label_partition`
-    with concentration `alpha * num_classes` times the class prior, as
-    `tasks/cifar.py` does), `examples_per_client` each (default: all
-    examples / `num_clients`);
-  - `'sort'`: sort and partition with `classes_per_client` shards per client
-    (`partitioners.sort_and_partition`; FedADC's s).
+  over `num_clients` clients by name, with its options: every partition of
+  `tasks/heterogeneity.py` (`dirichlet` (default), `dirichlet_class`,
+  `sort`, `fedcurv`, `pachinko`, `domains`, `long_tail`; options `beta`,
+  `classes_per_client`, `distinct_classes`, `empty_clients`, `num_domains`,
+  `long_tail_fraction`, `imbalance_ratio`, and `concept_shift` on top of
+  any), validated before any data are read. One convention of these tasks:
+  `'dirichlet'` is the label skew of Hsu et al. with a symmetric Dir(`alpha`)
+  over the classes (`partitioners.dirichlet_label_partition` with
+  concentration `alpha * num_classes` times the class prior, as
+  `tasks/cifar.py` does), `examples_per_client` each (default: all
+  examples / `num_clients`; other partitions size their clients
+  themselves and refuse `examples_per_client`). `long_tail` and
+  `concept_shift` train on round-dependent clients (`create_round_data`).
 * test: the test split is shuffled and cut into `num_test_clients` clients of
   (almost) equal size with no example dropped, so evaluation over all test
-  clients is accuracy on the whole test set, as the papers report.
+  clients is accuracy on the whole test set, as the papers report. Choice:
+  with `partition='domains'` the test split is partitioned like the train
+  split (its own seed), so that test clients see the stand-in domains too.
 
 Preprocessing (in the client datasets' map, after shuffle / repeat / take
 and before batch): images to float32 in [0, 1], then per-channel
@@ -66,8 +73,8 @@ import tensorflow_federated as tff
 
 from tasks import data_errors
 from tasks import digits
+from tasks import heterogeneity
 from tasks import models_zoo
-from tasks import partitioners
 
 DEFAULT_EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
     num_epochs=1, batch_size=100, shuffle_buffer_size=1)
@@ -109,43 +116,50 @@ DATASETS: dict[str, ImageDataset] = {
 }
 
 
-def _dirichlet(labels, seed, *, num_clients, alpha, examples_per_client,
-               **unused):
-  del unused
-  return partitioners.dirichlet_label_partition(
-      labels, num_clients, alpha * np.unique(labels).size, seed=seed,
-      examples_per_client=examples_per_client)
-
-
-def _sort(labels, seed, *, num_clients, classes_per_client,
-          examples_per_client, **unused):
-  del unused
-  if examples_per_client is not None:
-    raise ValueError("examples_per_client applies to partition='dirichlet' "
-                     "only; partition='sort' deals out all shards.")
-  return partitioners.sort_and_partition(labels, num_clients,
-                                         classes_per_client, seed=seed)
-
-
-# partition name -> (labels, seed, **task options) -> one index array per
-# client (the functions pick the options they use).
-PARTITIONS: dict[str, Callable[..., list[np.ndarray]]] = {
-    'dirichlet': _dirichlet,
-    'sort': _sort,
-}
-
-
 def default_options(name: str) -> dict[str, Any]:
   """The options of task `name` (a key of `DATASETS`) and their defaults."""
   return {
       'num_clients': 100,
       'num_test_clients': 10,
-      'partition': 'dirichlet',
       'alpha': 0.5,
-      'classes_per_client': 2,
       'examples_per_client': None,
       'model': DATASETS[name].default_model,
+      **heterogeneity.DEFAULT_OPTIONS,
   }
+
+
+def check_partition_options(opts: Mapping[str, Any]) -> None:
+  """Validates the heterogeneity options in `opts` (before any data load).
+
+  Raises:
+    ValueError: Naming the first option out of range.
+  """
+  heterogeneity.check_options(**{k: opts[k] for k in (
+      'partition', 'alpha', 'beta', 'classes_per_client', 'distinct_classes',
+      'empty_clients', 'num_domains', 'long_tail_fraction', 'imbalance_ratio',
+      'concept_shift')})
+  if (opts.get('examples_per_client') is not None
+      and opts['partition'] != 'dirichlet'):
+    raise ValueError("examples_per_client applies to partition='dirichlet' "
+                     f"only; partition={opts['partition']!r} sizes its "
+                     'clients itself.')
+
+
+def partition_train(labels: np.ndarray, num_classes: int, seed,
+                    coarse_labels: np.ndarray | None = None,
+                    **opts: Any) -> heterogeneity.Partition:
+  """`heterogeneity.partition_examples` with the TFDS tasks' conventions.
+
+  `partition='dirichlet'` is the symmetric Dir(`alpha`) over the
+  `num_classes` classes (concentration `alpha * num_classes` times the class
+  prior) with `examples_per_client` each; every other partition gets the
+  options as they are (`dirichlet_class`'s `alpha` is FedPTR's).
+  """
+  if opts['partition'] == 'dirichlet':
+    opts = {**opts, 'alpha': opts['alpha'] * num_classes}
+  return heterogeneity.partition_examples(
+      labels, opts['num_clients'], seed=seed, coarse_labels=coarse_labels,
+      **{k: v for k, v in opts.items() if k != 'num_clients'})
 
 
 def tfds_instructions(tfds_name: str) -> str:
@@ -211,10 +225,14 @@ def even_split(num_examples: int, num_clients: int, seed) -> list[np.ndarray]:
 def client_data(images: np.ndarray, labels: np.ndarray,
                 partition: Sequence[np.ndarray], client_ids: Sequence[str]
                 ) -> tff.simulation.datasets.ClientData:
-  """`ClientData` of `(image, label)` elements, client i = `partition[i]`."""
+  """`ClientData` of `(image, label)` elements, client i = `partition[i]`.
+
+  Empty clients (e.g. `dirichlet_class` with `empty_clients='keep'`) keep
+  their id in the partition report but are left out: never sampled.
+  """
   return tff.simulation.datasets.TestClientData({
       cid: (images[idx], labels[idx])
-      for cid, idx in zip(client_ids, partition)
+      for cid, idx in zip(client_ids, partition) if len(idx)
   })
 
 
@@ -315,12 +333,20 @@ def _resolve(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
     raise ValueError(f'Unknown option {unknown[0]!r} for task {name!r}; '
                      f'known options: {", ".join(sorted(defaults))}')
   opts = {**defaults, **options}
-  if opts['partition'] not in PARTITIONS:
-    raise ValueError(f'partition must be one of '
-                     f'{", ".join(sorted(PARTITIONS))}, got '
-                     f'{opts["partition"]!r}.')
+  check_partition_options(opts)
   check_model(name, opts['model'], DATASETS[name].models)
   return opts
+
+
+def apply_domains_uint8(images: np.ndarray,
+                        partition: heterogeneity.Partition, *,
+                        seed: int) -> np.ndarray:
+  """`heterogeneity.apply_domains` of uint8 images (through [0, 1])."""
+  if partition.domains is None:
+    return images
+  out = heterogeneity.apply_domains(images.astype(np.float32) / 255.0,
+                                    partition, seed=seed)
+  return np.round(out * 255.0).astype(np.uint8)
 
 
 def split_arrays(name: str, *, data_dir: str | None, use_synthetic_data: bool,
@@ -329,7 +355,9 @@ def split_arrays(name: str, *, data_dir: str | None, use_synthetic_data: bool,
 
   Returns:
     `((train_x, train_y, train_partition), (test_x, test_y, test_partition),
-    resolved options)`.
+    resolved options)`; the partitions are `heterogeneity.Partition`s and,
+    for `partition='domains'`, the images are already in their clients'
+    domains.
 
   Raises:
     ValueError: If an option is unknown or out of range.
@@ -344,8 +372,17 @@ def split_arrays(name: str, *, data_dir: str | None, use_synthetic_data: bool,
     (train_x, train_y), (test_x, test_y) = load_tfds_arrays(
         dataset.tfds_name, data_dir, task=name)
   train_seq, test_seq = np.random.SeedSequence(seed).spawn(2)
-  train_partition = PARTITIONS[opts['partition']](train_y, train_seq, **opts)
-  test_partition = even_split(test_y.size, opts['num_test_clients'], test_seq)
+  train_partition = partition_train(train_y, dataset.num_classes, train_seq,
+                                    **opts)
+  if opts['partition'] == 'domains':
+    test_partition = partition_train(
+        test_y, dataset.num_classes, test_seq,
+        **{**opts, 'num_clients': opts['num_test_clients']})
+    train_x = apply_domains_uint8(train_x, train_partition, seed=seed)
+    test_x = apply_domains_uint8(test_x, test_partition, seed=seed)
+  else:
+    test_partition = heterogeneity.Partition(
+        even_split(test_y.size, opts['num_test_clients'], test_seq))
   return ((train_x, train_y, train_partition),
           (test_x, test_y, test_partition), opts)
 
@@ -371,7 +408,8 @@ def create_tfds_image_task(
     **options: `num_clients` (100), `num_test_clients` (10), `partition`
       ('dirichlet'), `alpha` (0.5), `classes_per_client` (2, for 'sort'),
       `examples_per_client` (None: all / num_clients, for 'dirichlet'),
-      `model` (the data set's default).
+      `model` (the data set's default), and the other heterogeneity options
+      (`heterogeneity.DEFAULT_OPTIONS`).
 
   Returns:
     A `BaselineTask` whose model reports `loss` and `accuracy`.
@@ -384,10 +422,11 @@ def create_tfds_image_task(
       name, data_dir=data_dir, use_synthetic_data=use_synthetic_data,
       seed=seed, **options)
   dataset = DATASETS[name]
-  largest = max(idx.size for idx in list(train[2]) + list(test[2]))
+  train_p, test_p = train[2].indices, test[2].indices
+  largest = max(idx.size for idx in list(train_p) + list(test_p))
   return build_image_task(
-      client_data(*train, numbered_ids('train', len(train[2]))),
-      client_data(*test, numbered_ids('test', len(test[2]))),
+      client_data(*train[:2], train_p, numbered_ids('train', len(train_p))),
+      client_data(*test[:2], test_p, numbered_ids('test', len(test_p))),
       image_shape=dataset.image_shape, num_classes=dataset.num_classes,
       transform=normalize_fn(dataset.mean, dataset.std,
                              augment=dataset.augment),
@@ -398,9 +437,45 @@ def create_tfds_image_task(
 def describe_tfds_image_task(name: str, *, seed: int,
                              use_synthetic_data: bool, data_dir: str | None,
                              **options: Any) -> dict[str, Any]:
-  """`partitioners.partition_summary` of the train and test clients."""
-  (_, train_y, train_p), (_, test_y, test_p), _ = split_arrays(
+  """`heterogeneity.describe` of the train and test clients, and settings."""
+  (_, train_y, train_p), (_, test_y, test_p), opts = split_arrays(
       name, data_dir=data_dir, use_synthetic_data=use_synthetic_data,
       seed=seed, **options)
-  return {'train': partitioners.partition_summary(train_y, train_p),
-          'test': partitioners.partition_summary(test_y, test_p)}
+  settings = {k: opts[k] for k in heterogeneity.DEFAULT_OPTIONS}
+  return {
+      'train': heterogeneity.describe(train_y, train_p, seed=seed,
+                                      prefix='train', options=settings),
+      'test': heterogeneity.describe(test_y, test_p, seed=seed,
+                                     prefix='test', options=settings),
+      'settings': settings,
+  }
+
+
+def create_round_data(name: str, task: tff.simulation.baselines.BaselineTask,
+                      *, data_dir: str | None = None,
+                      use_synthetic_data: bool = False, seed: int = 0,
+                      **options: Any) -> heterogeneity.RoundClientData | None:
+  """The round-dependent training data of `task`, or None if it has none.
+
+  Args:
+    name: A key of `DATASETS`.
+    task: The task `create_tfds_image_task` built with the same arguments
+      (its training preprocessing is reused).
+    data_dir, use_synthetic_data, seed, **options: As for
+      `create_tfds_image_task`.
+
+  Returns:
+    A `heterogeneity.RoundClientData` when option `partition` is
+    `long_tail` or `concept_shift` > 0; else None.
+  """
+  opts = _resolve(name, options)
+  if opts['partition'] != 'long_tail' and not opts['concept_shift']:
+    return None
+  (train_x, train_y, train_p), _, opts = split_arrays(
+      name, data_dir=data_dir, use_synthetic_data=use_synthetic_data,
+      seed=seed, **options)
+  ids = numbered_ids('train', len(train_p.indices))
+  return heterogeneity.RoundClientData(
+      train_x, train_y, dict(zip(ids, train_p.indices)),
+      task.datasets.train_preprocess_fn, seed=seed,
+      num_classes=DATASETS[name].num_classes, **opts)

@@ -81,6 +81,74 @@ def test_task_partitions_tfds_cifar10_into_disjoint_clients(tfds_dir):
   np.testing.assert_allclose(np.mean(x[0]), 0.0, atol=1e-4)
 
 
+def test_sort_partition_gives_each_client_at_most_two_classes(tfds_dir):
+  """FedADC's s = 2 with its CNN: 120 images, 12 per class, 5 clients."""
+  task = tasks.create_task(
+      'cifar10', train_client_spec=SPEC, eval_client_spec=SPEC,
+      data_dir=tfds_dir, seed=2, num_clients=5, num_test_clients=3,
+      partition='sort', classes_per_client=2, model='fedadc_cnn')
+  train = task.datasets.train_data
+  assert len(train.client_ids) == 5
+  seen = set()
+  for cid in train.client_ids:
+    elements = list(train.create_tf_dataset_for_client(cid))
+    assert len(elements) == 24  # 10 one-class shards of 12, 2 per client.
+    assert len({int(e['label']) for e in elements}) <= 2
+    seen |= {e['image'].numpy().tobytes() for e in elements}
+  assert len(seen) == NUM_TRAIN
+  # The test images are cut evenly over the 3 test clients.
+  assert [len(list(task.datasets.test_data.create_tf_dataset_for_client(c)))
+          for c in task.datasets.test_data.client_ids] == [20, 20, 20]
+  model = task.model_fn()
+  assert 'conv' in model.trainable_variables[0].name  # fedadc_cnn: no norm.
+  summary = tasks.describe_task_data(
+      'cifar10', data_dir=tfds_dir, seed=2, num_clients=5,
+      num_test_clients=3, partition='sort', classes_per_client=2)
+  assert summary['train']['classes_per_client_max'] <= 2
+
+
+def test_cifar_options_are_validated_before_the_data_are_read(tmp_path):
+  for task, options, message in [
+      ('cifar10', {'partition': 'tff'},
+       'partition must be one of dirichlet, dirichlet_class, sort, fedcurv, '
+       "pachinko, domains, long_tail, got 'tff'."),
+      ('cifar10', {'model': 'alexnet_bn'},
+       'model must be one of fedadc_cnn, fedbn_cnn, mtt_convnet, '
+       'resnet18_gn, resnet20, resnet20_gn for task \'cifar10\', got '
+       "'alexnet_bn'."),
+      ('cifar100', {'concept_shift': 0.05},
+       'concept_shift needs a re-partition of cifar100 (option partition '
+       "other than 'tff')."),
+      ('cifar100', {'partition': 'dirichlet', 'alpha': 0.0},
+       'alpha must be positive, got 0.0.'),
+  ]:
+    with pytest.raises(ValueError) as error:
+      tasks.create_task(task, train_client_spec=SPEC, data_dir=str(tmp_path),
+                        **options)
+    assert str(error.value) == message
+
+
+def test_cifar100_repartitions_the_pooled_training_examples():
+  """TFF's synthetic CIFAR-100 pooled and re-split by sort, s = 1."""
+  default = tasks.create_task('cifar100', train_client_spec=SPEC,
+                              use_synthetic_data=True)
+  pooled = cifar.pooled_arrays(default.datasets.train_data)[1]
+  task = tasks.create_task('cifar100', train_client_spec=SPEC,
+                           use_synthetic_data=True, partition='sort',
+                           classes_per_client=1, num_clients=2,
+                           model='mtt_convnet')
+  train = task.datasets.train_data
+  labels = [[int(e['label']) for e in train.create_tf_dataset_for_client(c)]
+            for c in train.client_ids]
+  assert len(labels) == 2 and len(labels[0]) == len(labels[1]) > 0
+  assert all(len(set(ls)) == 1 for ls in labels)  # One class each.
+  remaining = pooled.tolist()
+  for label in sum(labels, []):  # Drawn from the pooled examples.
+    remaining.remove(label)
+  assert (task.datasets.test_data.client_ids
+          == default.datasets.test_data.client_ids)  # TFF's test clients.
+
+
 def test_missing_tfds_dir_names_path_and_remedy(tmp_path):
   with pytest.raises(data_errors.MissingDataError,
                      match=r"^task 'cifar10' needs .*/cifar10/<version>/"

@@ -191,6 +191,8 @@ def test_malformed_arrays_name_the_file(tmp_path):
      "domains must be distinct names from mnist, svhn, usps, synth_digits, "
      "mnist_m, comma-separated, got 'mnist,kmnist'."),
     ({'train_fraction': 0.0}, 'train_fraction must be in (0, 1], got 0.0.'),
+    ({'concept_shift': -0.1},
+     'concept_shift must be a probability in [0, 1], got -0.1.'),
     ({'model': 'alexnet_bn'},
      'model must be one of fedadc_cnn, fedbn_cnn, fedcurv_cnn, mtt_convnet, '
      "resnet20, resnet20_gn for task 'digits_domains', got 'alexnet_bn'."),
@@ -200,3 +202,37 @@ def test_bad_options_raise_one_line_errors(options, message):
     tasks.create_task('digits_domains', train_client_spec=SPEC,
                       use_synthetic_data=True, **options)
   assert str(error.value) == message
+
+
+def test_concept_shift_relabels_every_domain_client_persistently():
+  """FedFOR 4.4 on the domains: the round's map relabels the sampled data."""
+  options = dict(concept_shift=0.5, domains='mnist,svhn')
+  task = tasks.create_task('digits_domains', train_client_spec=SPEC,
+                           use_synthetic_data=True, seed=4, **options)
+  rounds = tasks.create_round_data('digits_domains', task,
+                                   use_synthetic_data=True, seed=4, **options)
+  shift = rounds.concept_shift
+  shifts = shift.shift_rounds(30)
+  assert shifts  # p = 0.5 over 30 rounds.
+  label_map = np.arange(10)
+  for r in range(1, 31):  # Persistent: each shift is one class's new
+    if r in shifts:  # label, kept by every later round.
+      c, old, new = shift.shift_at(r)
+      assert label_map[c] == old and new != old
+      label_map = label_map.copy()
+      label_map[c] = new
+    np.testing.assert_array_equal(rounds.label_map(r), label_map)
+  r = shifts[0]
+  after = rounds.label_map(r)
+  raw = task.datasets.train_data
+  ids, datasets = rounds.clients_for_round(r, raw.client_ids)
+  assert ids == ['train_mnist', 'train_svhn']
+  for cid, dataset in zip(ids, datasets):
+    original = np.concatenate([y.numpy() for _, y in
+                               task.datasets.train_preprocess_fn(
+                                   raw.create_tf_dataset_for_client(cid))])
+    relabelled = np.concatenate([y.numpy() for _, y in dataset])
+    np.testing.assert_array_equal(np.sort(relabelled),
+                                  np.sort(after[original]))
+  assert tasks.create_round_data('digits_domains', task,
+                                 use_synthetic_data=True) is None

@@ -93,10 +93,59 @@ def test_sort_partition_gives_each_client_at_most_s_classes(written):
       'mnist', data_dir=root, use_synthetic_data=False, seed=0,
       partition='sort', num_clients=8, classes_per_client=2)[0]
   _, labels, partition = train_part
+  partition = partition.indices
   assert len(partition) == 8
   assert all(np.unique(labels[idx]).size <= 2 for idx in partition)
   assert len({int(i) for idx in partition for i in idx}) == sum(
       idx.size for idx in partition)
+
+
+def test_fedcurv_partition_gives_each_client_two_whole_label_blocks(written):
+  """FedCurv's split through the registered task on the TFDS files.
+
+  80 examples, 8 per class, 5 clients x 2 blocks: each block is one whole
+  class, so each client holds exactly two labels, 8 examples of each.
+  """
+  root, arrays = written
+  task = tasks.create_task('mnist', train_client_spec=SPEC, data_dir=root,
+                           seed=1, partition='fedcurv', num_clients=5)
+  train = task.datasets.train_data
+  seen, held = set(), []
+  for cid in train.client_ids:
+    labels = [int(y) for _, y in train.create_tf_dataset_for_client(cid)]
+    values, counts = np.unique(labels, return_counts=True)
+    assert values.size == 2 and counts.tolist() == [8, 8], (cid, labels)
+    held += values.tolist()
+    for x, _ in train.create_tf_dataset_for_client(cid):
+      assert x.numpy().tobytes() not in seen
+      seen.add(x.numpy().tobytes())
+  assert sorted(held) == list(range(10))  # Every class dealt out once.
+  assert len(seen) == NUM_TRAIN
+  summary = tasks.describe_task_data('mnist', data_dir=root, seed=1,
+                                     partition='fedcurv', num_clients=5)
+  assert summary['train']['classes_per_client_max'] == 2
+  assert summary['settings']['partition'] == 'fedcurv'
+
+
+def test_long_tail_and_concept_shift_give_round_data(written):
+  """Round-dependent clients of heterogeneity.RoundClientData on mnist."""
+  root, _ = written
+  options = dict(partition='long_tail', long_tail_fraction=0.5,
+                 imbalance_ratio=0.5, concept_shift=1.0)
+  task = tasks.create_task('mnist', train_client_spec=SPEC, data_dir=root,
+                           **options)
+  assert len(task.datasets.train_data.client_ids) == 2  # floor(1 / 0.5)
+  rounds = tasks.create_round_data('mnist', task, data_dir=root, **options)
+  ids, datasets = rounds.clients_for_round(2, ['train_0', 'train_1'])
+  assert ids == ['r000002_c000', 'r000002_c001']
+  label_map = rounds.label_map(2)
+  assert sorted(label_map.tolist()) != list(range(10))  # Shifted twice.
+  for dataset in datasets:
+    _, y = next(iter(dataset))
+    # Trimmed to a long tail (fewer than the 40 sampled), relabelled.
+    assert 0 < y.shape[0] < 40
+    assert set(y.numpy().tolist()) <= set(label_map.tolist())
+  assert tasks.create_round_data('mnist', task, data_dir=root) is None
 
 
 def test_missing_tfds_data_names_dataset_dir_and_remedy(tmp_path):
@@ -115,11 +164,14 @@ def test_missing_tfds_data_names_dataset_dir_and_remedy(tmp_path):
     ({'model': 'alexnet_bn'},
      "model must be one of fedadc_cnn, fedbn_cnn, fedcurv_cnn, mtt_convnet, "
      "resnet20, resnet20_gn for task 'mnist', got 'alexnet_bn'."),
-    ({'partition': 'pachinko'},
-     "partition must be one of dirichlet, sort, got 'pachinko'."),
+    ({'partition': 'bogus'},
+     'partition must be one of dirichlet, dirichlet_class, sort, fedcurv, '
+     "pachinko, domains, long_tail, got 'bogus'."),
     ({'partition': 'sort', 'examples_per_client': 5},
      "examples_per_client applies to partition='dirichlet' only; "
-     "partition='sort' deals out all shards."),
+     "partition='sort' sizes its clients itself."),
+    ({'concept_shift': 1.5},
+     'concept_shift must be a probability in [0, 1], got 1.5.'),
     ({'num_test_clients': 0},
      'num_test_clients must be between 1 and the number of test examples '
      '(200), got 0.'),
