@@ -67,6 +67,25 @@ CLIENT_ROUND_KEY = 'round'
 def empirical_fisher_diagonal(model, dataset):
   """Mean over the dataset's examples of the squared per-example gradient.
 
+  One gradient pass per example (batches of one, `model.forward_pass` with
+  `training=False`), so any `tff.learning.models.VariableModel` works.
+
+  Metrics: each `forward_pass` updates the model's metric variables (loss,
+  accuracy, example and batch counts); this function leaves them so. When
+  it runs as FedCurv's report hook, `client_work` saves
+  `model.local_variables` before the hook and restores them after it, so
+  the Fisher pass never reaches the training metrics.
+
+  Why not vectorised (measured, EMNIST-CR CNN, 200 examples, plain
+  `tf.function`, CPU seconds): this loop 0.77-0.88; `tf.vectorized_map` of
+  a per-example `GradientTape` over 2, 5 or 20 examples at a time 1.04,
+  1.04, 1.33-1.41; `GradientTape.jacobian` of per-example losses (pfor)
+  7.1. Materialising per-example gradients of the 1.18M-weight dense kernel
+  for many examples at once costs more memory traffic than the batch-of-1
+  loop spends in per-op overhead. Either vectorised form would also need
+  the Keras model's private loss: pfor cannot convert `forward_pass`'s
+  metric updates (`AssignAddVariableOp`).
+
   Args:
     model: A `tff.learning.models.VariableModel` (its current weights).
     dataset: Batches of examples; each example is used on its own.
