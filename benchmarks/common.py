@@ -35,9 +35,8 @@ import tensorflow_federated as tff
 
 from tff_opt import client_states
 from tff_opt import evaluation
+from tff_opt import runtime
 from tff_opt import training_loop
-
-_WORKER_NAME = 'worker_binary'
 
 
 def load_average() -> str:
@@ -234,18 +233,7 @@ def process_round_fn(process: tff.learning.templates.LearningProcess,
 
 def worker_processes() -> list[psutil.Process]:
   """This process's TFF `worker_binary` descendants."""
-  workers = []
-  try:
-    children = psutil.Process(os.getpid()).children(recursive=True)
-  except psutil.Error:
-    return workers
-  for child in children:
-    try:
-      if _WORKER_NAME in child.name():
-        workers.append(child)
-    except psutil.Error:
-      continue
-  return workers
+  return runtime.worker_children()
 
 
 def rss_mb() -> tuple[float, float]:

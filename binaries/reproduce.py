@@ -528,17 +528,8 @@ def main(argv: Sequence[str],
   error, a table this package cannot run, or points that failed (after
   writing the table of the others).
   """
-  FLAGS.unparse_flags()
-  if '--help' in argv or '-h' in argv:
-    print(__doc__ + '\n' + FLAGS.get_help())
+  if not sweep.parse_argv(argv, FLAGS, __doc__, _fail):
     return
-  try:
-    rest = FLAGS(list(argv))
-  except flags.Error as e:
-    _fail(str(e))
-  if len(rest) > 1:
-    _fail(f'unexpected arguments: {" ".join(rest[1:])} (flags take the '
-          'form --name=value).')
   try:
     if FLAGS.paper is None:
       raise UsageError('--paper is required (one of '

@@ -503,6 +503,27 @@ flags.DEFINE_boolean('dry_run', False, 'Print the points and their '
                      'commands; run nothing.', **_F)
 
 
+def parse_argv(argv: Sequence[str], flag_values: flags.FlagValues,
+               doc: str, fail: Callable[[str], None]) -> bool:
+  """Parses `argv` into `flag_values`; False when it asked for --help.
+
+  Prints `doc` and the flags' help for --help/-h; a flag error or a
+  positional argument goes to `fail` (which exits) as one line.
+  """
+  flag_values.unparse_flags()
+  if '--help' in argv or '-h' in argv:
+    print(doc + '\n' + flag_values.get_help())
+    return False
+  try:
+    rest = flag_values(list(argv))
+  except flags.Error as e:
+    fail(str(e))
+  if len(rest) > 1:
+    fail(f'unexpected arguments: {" ".join(rest[1:])} (flags take the '
+         'form --name=value).')
+  return True
+
+
 class UsageError(Exception):
   """A bad flag: reported in one line."""
 
@@ -566,17 +587,8 @@ def main(argv: Sequence[str],
   Exits with status 2 and one `sweep: error: ...` line on a usage error or
   when points failed (after writing the summary of the others).
   """
-  FLAGS.unparse_flags()
-  if '--help' in argv or '-h' in argv:
-    print(__doc__ + '\n' + FLAGS.get_help())
+  if not parse_argv(argv, FLAGS, __doc__, _fail):
     return
-  try:
-    rest = FLAGS(list(argv))
-  except flags.Error as e:
-    _fail(str(e))
-  if len(rest) > 1:
-    _fail(f'unexpected arguments: {" ".join(rest[1:])} (flags take the '
-          'form --name=value).')
   try:
     if not FLAGS.sweep_dir:
       raise UsageError('--sweep_dir is required.')

@@ -44,7 +44,8 @@ _lock = threading.Lock()
 _hooks_installed = False
 
 
-def _worker_children() -> list[psutil.Process]:
+def worker_children() -> list[psutil.Process]:
+  """This process's TFF `worker_binary` descendants (any depth)."""
   workers = []
   try:
     children = psutil.Process(os.getpid()).children(recursive=True)
@@ -69,7 +70,7 @@ def stop_worker_processes(timeout: float = 5.0) -> int:
   Returns:
     The number of worker processes that were stopped.
   """
-  workers = _worker_children()
+  workers = worker_children()
   for worker in workers:
     try:
       worker.send_signal(signal.SIGINT)
@@ -453,7 +454,7 @@ def set_remote_execution_context(
   # The replaced local context's worker is a direct child; a worker_binary
   # further down (under a `binaries.worker` this process started) is one of
   # the remote workers and stays.
-  own = [w for w in _worker_children() if w.ppid() == os.getpid()]
+  own = [w for w in worker_children() if w.ppid() == os.getpid()]
   for worker in own:
     with contextlib.suppress(psutil.Error):
       worker.terminate()
