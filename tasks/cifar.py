@@ -382,11 +382,5 @@ def describe_cifar10_task(*, seed: int, use_synthetic_data: bool,
   opts = _check_options('cifar10', options, CIFAR10_OPTIONS)
   (_, train_y), (_, test_y), train_p, test_p = _split_cifar10(
       data_dir, use_synthetic_data, seed, opts)
-  settings = {k: opts[k] for k in heterogeneity.DEFAULT_OPTIONS}
-  return {
-      'train': heterogeneity.describe(train_y, train_p, seed=seed,
-                                      prefix='train', options=settings),
-      'test': heterogeneity.describe(test_y, test_p, seed=seed,
-                                     prefix='test', options=settings),
-      'settings': settings,
-  }
+  return tfds_images.describe_partitions(train_y, train_p, test_y, test_p,
+                                         seed=seed, opts=opts)

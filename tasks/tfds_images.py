@@ -62,6 +62,7 @@ y [b] int64)`. Evaluation defaults to one pass in batches of 100, unshuffled.
 """
 
 import dataclasses
+import functools
 import glob
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -194,14 +195,27 @@ def load_tfds_arrays(
     raise data_errors.MissingDataError(
         task, os.path.join(root, tfds_name, '<version>', 'dataset_info.json'),
         tfds_instructions(tfds_name))
+  return list(_read_tfds(tfds_name, root, tuple(splits)))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tfds(tfds_name: str, root: str, splits: tuple[str, ...]):
+  """`load_tfds_arrays`' reading, once per process and data set.
+
+  Building a task, describing its partition for `hparams.json` and building
+  its round data each need the arrays; a whole CIFAR-10 is read once, not
+  three times. The arrays are shared, so they are made read-only.
+  """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   out = []
   for split in splits:
     data = tfds.as_numpy(tfds.load(tfds_name, split=split, data_dir=root,
                                    download=False, batch_size=-1))
-    out.append((data['image'].astype(np.uint8),
-                data['label'].astype(np.int64)))
-  return out
+    pair = (data['image'].astype(np.uint8), data['label'].astype(np.int64))
+    for array in pair:
+      array.setflags(write=False)
+    out.append(pair)
+  return tuple(out)
 
 
 def synthetic_arrays(image_shape: Sequence[int], num_classes: int, seed: int,
@@ -441,11 +455,23 @@ def describe_tfds_image_task(name: str, *, seed: int,
   (_, train_y, train_p), (_, test_y, test_p), opts = split_arrays(
       name, data_dir=data_dir, use_synthetic_data=use_synthetic_data,
       seed=seed, **options)
+  return describe_partitions(train_y, train_p, test_y, test_p, seed=seed,
+                             opts=opts)
+
+
+def describe_partitions(train_labels, train_partition, test_labels,
+                        test_partition, *, seed: int,
+                        opts: dict[str, Any]) -> dict[str, Any]:
+  """`heterogeneity.describe` of train and test clients, plus the settings.
+
+  What the image tasks (here and `cifar`) write to `hparams.json`.
+  """
   settings = {k: opts[k] for k in heterogeneity.DEFAULT_OPTIONS}
   return {
-      'train': heterogeneity.describe(train_y, train_p, seed=seed,
-                                      prefix='train', options=settings),
-      'test': heterogeneity.describe(test_y, test_p, seed=seed,
+      'train': heterogeneity.describe(train_labels, train_partition,
+                                      seed=seed, prefix='train',
+                                      options=settings),
+      'test': heterogeneity.describe(test_labels, test_partition, seed=seed,
                                      prefix='test', options=settings),
       'settings': settings,
   }
