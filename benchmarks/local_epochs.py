@@ -19,6 +19,9 @@ import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# TensorFlow's oneDNN kernels unless the environment says otherwise (see
+# tff_opt/worker_env.py); TFF's worker inherits the setting.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top

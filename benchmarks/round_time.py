@@ -55,6 +55,11 @@ TF threads: a setting `N:T` starts its `worker_binary` with T intra-op
 threads (`TF_NUM_INTRAOP_THREADS`, which TF reads when the worker starts);
 `--floor_threads` sets this process's (the floor's). Without them TF uses
 one thread per core.
+
+Kernels: TensorFlow's oneDNN kernels are on (`TF_ENABLE_ONEDNN_OPTS=1`, as
+in tff-opt's binaries) unless the environment says otherwise; the floor and
+every worker use the same setting. `TF_ENABLE_ONEDNN_OPTS=0 python -m
+benchmarks.round_time ...` measures TensorFlow's Eigen kernels instead.
 """
 
 import argparse
@@ -63,6 +68,9 @@ import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# TensorFlow's oneDNN kernels unless the environment says otherwise (see
+# tff_opt/worker_env.py); TFF's worker inherits the setting.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -252,22 +260,11 @@ class Setting:
     self.context = None
 
   def start(self) -> None:
-    """Creates the setting's context and starts its worker (threads set)."""
-    self.context = tff.backends.native.create_sync_local_cpp_execution_context(
-        max_concurrent_computation_calls=self.concurrency or -1)
-    previous = os.environ.get(_INTRA_ENV)
-    if self.threads:
-      os.environ[_INTRA_ENV] = str(self.threads)
-    else:
-      os.environ.pop(_INTRA_ENV, None)
-    try:  # The worker starts on the first computation and reads the env.
-      with tff.framework.get_context_stack().install(self.context):
-        _noop()
-    finally:
-      if previous is None:
-        os.environ.pop(_INTRA_ENV, None)
-      else:
-        os.environ[_INTRA_ENV] = previous
+    """Creates the setting's context and starts its worker."""
+    self.context = runtime.create_local_execution_context(
+        self.concurrency, intra_op_threads=self.threads or None)
+    with tff.framework.get_context_stack().install(self.context):
+      _noop()  # The worker is up before any round is timed.
 
   def wrap(self, round_fn):
     """`round_fn` run under this setting's context."""
@@ -277,9 +274,6 @@ class Setting:
         round_fn()
 
     return run
-
-
-_INTRA_ENV = 'TF_NUM_INTRAOP_THREADS'
 
 
 @tff.tensorflow.computation
@@ -356,7 +350,9 @@ def main(argv=None):
         f'{args.rounds} rounds after {args.warmup} warm-up, taken in turns; '
         f'settings (max_concurrent_clients[:worker threads]) '
         f'{", ".join(s.label for s in settings)}; floor threads '
-        f'{args.floor_threads or "default"}; {common.load_average()}',
+        f'{args.floor_threads or "default"}; TF_ENABLE_ONEDNN_OPTS='
+        f'{os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset")}; '
+        f'{common.load_average()}',
         flush=True)
   initial = common.initial_weights(workload.model_fn, 0)
   processes = [(name, build_tff_opt(workload, name))

@@ -39,6 +39,9 @@ import sys
 import psutil
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# TensorFlow's oneDNN kernels unless the environment says otherwise (see
+# tff_opt/worker_env.py); TFF's worker inherits the setting.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 _TASKS = ('emnist_cr', 'digits')
 

@@ -31,6 +31,9 @@ import sys
 # progress lines; set before TensorFlow is first imported. TFF's worker
 # process inherits it.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# TensorFlow's oneDNN kernels unless the environment says otherwise (see
+# tff_opt/worker_env.py); TFF's worker inherits the setting.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
@@ -49,7 +52,8 @@ HPARAMS_FILE = 'hparams.json'
 # Settings that may change when a run is resumed: they do not change what
 # the run computes.
 RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
-                     'max_concurrent_clients', 'workers',
+                     'max_concurrent_clients', 'intra_op_threads', 'onednn',
+                     'workers',
                      'worker_tls_root_cert', 'worker_timeout',
                      'gpu_memory_growth', 'logical_gpus')
 
@@ -190,6 +194,10 @@ flags.DEFINE_boolean('final_full_eval', None, 'After the last round, evaluate '
 flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
                      'client computations at once (TFF\'s C++ executor); '
                      'unlimited by default.', lower_bound=1)
+flags.DEFINE_integer('intra_op_threads', None, 'TensorFlow intra-op threads '
+                     'of the local TFF worker (TF_NUM_INTRAOP_THREADS): with '
+                     '--max_concurrent_clients=N on C cores, C/N. Default: '
+                     'TensorFlow\'s (one per core).', lower_bound=1)
 
 # --- Where the rounds run: TFF workers on other hosts, GPUs -----------------
 flags.DEFINE_string('workers', None, 'Run the rounds on these TFF workers, '
@@ -304,6 +312,10 @@ def resolve_hparams() -> dict:
       'seed': FLAGS.seed,
       'checkpoint_every': FLAGS.checkpoint_every,
       'max_concurrent_clients': FLAGS.max_concurrent_clients,
+      'intra_op_threads': FLAGS.intra_op_threads,
+      # TensorFlow's oneDNN kernels (round-off differs from Eigen's): set
+      # from TF_ENABLE_ONEDNN_OPTS at the top of this file, for the record.
+      'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS') == '1',
       'workers': _resolve_workers(),
       'worker_tls_root_cert': FLAGS.worker_tls_root_cert,
       'worker_timeout': FLAGS.worker_timeout,
@@ -704,9 +716,9 @@ def _resolve_workers() -> str | None:
   """Checks --workers; returns it normalized (`None`: run locally).
 
   Raises:
-    UsageError: If an address is malformed, --max_concurrent_clients is
-      also given (it belongs to each worker), or --worker_tls_root_cert is
-      given without --workers.
+    UsageError: If an address is malformed, --max_concurrent_clients or
+      --intra_op_threads is also given (they belong to each worker), or
+      --worker_tls_root_cert is given without --workers.
   """
   if FLAGS.workers is None:
     if FLAGS.worker_tls_root_cert is not None:
@@ -718,11 +730,11 @@ def _resolve_workers() -> str | None:
   except ValueError as e:
     raise UsageError(f'--workers={FLAGS.workers}: ' +
                      str(e).removeprefix('workers: ')) from e
-  if FLAGS.max_concurrent_clients is not None:
-    raise UsageError(f'--max_concurrent_clients='
-                     f'{FLAGS.max_concurrent_clients}: with --workers, set it '
-                     'on each worker (python -m binaries.worker '
-                     '--max_concurrent_clients=N).')
+  for name in ('max_concurrent_clients', 'intra_op_threads'):
+    if getattr(FLAGS, name) is not None:
+      raise UsageError(f'--{name}={getattr(FLAGS, name)}: with --workers, '
+                       'set it on each worker (python -m binaries.worker '
+                       f'--{name}=N).')
   return ','.join(f'{host}:{port}' for host, port in workers)
 
 
@@ -760,7 +772,9 @@ def _set_execution_context(hparams: dict) -> None:
         logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb,
         log=lambda line: print(line, flush=True))
   if not hparams['workers']:
-    runtime.set_local_execution_context(hparams['max_concurrent_clients'])
+    runtime.set_local_execution_context(
+        hparams['max_concurrent_clients'],
+        intra_op_threads=hparams['intra_op_threads'])
     return
   root_cert = None
   if hparams['worker_tls_root_cert']:

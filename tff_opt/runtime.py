@@ -39,6 +39,8 @@ from tensorflow_federated.python.core.impl.executor_stacks import python_executo
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_stub
 
+from tff_opt import worker_env
+
 _WORKER_NAME = 'worker_binary'
 _lock = threading.Lock()
 _hooks_installed = False
@@ -150,28 +152,95 @@ def _install_hooks() -> None:
     _hooks_installed = True
 
 
-def set_local_execution_context(max_concurrent_clients: int | None = None):
-  """Installs TFF's local C++ execution context with worker clean-up.
+def create_local_execution_context(max_concurrent_clients: int | None = None,
+                                   *,
+                                   intra_op_threads: int | None = None,
+                                   onednn: bool | None = None):
+  """TFF's local C++ execution context, its worker started if settings say so.
 
-  The context replaces the current one; the workers this process started
-  are stopped first.
+  When `intra_op_threads` or `onednn` is given, the context's worker is
+  started here, with those TensorFlow settings in its environment
+  (`tff_opt.worker_env`; this process's own environment is left as it was);
+  otherwise it starts on the first computation, as in TFF. Several such
+  contexts (each with its own worker) can live side by side, installed in
+  turn with `tff.framework.get_context_stack().install(context)`.
 
   Args:
     max_concurrent_clients: At most this many client computations run at
       once (TFF's `max_concurrent_computation_calls`); `None` means no limit.
+    intra_op_threads: TensorFlow intra-op threads of the worker; `None`:
+      TensorFlow's default (one per core).
+    onednn: TensorFlow's oneDNN kernels on or off in the worker; `None`:
+      TensorFlow's default for this CPU (or the environment's
+      `TF_ENABLE_ONEDNN_OPTS`).
+
+  Returns:
+    The context (a `tff.framework.SyncExecutionContext`).
 
   Raises:
-    ValueError: If `max_concurrent_clients` is given and is not positive.
+    ValueError: If `max_concurrent_clients` or `intra_op_threads` is given
+      and is not positive.
   """
   if max_concurrent_clients is not None and max_concurrent_clients < 1:
     raise ValueError('max_concurrent_clients must be a positive integer or '
                      f'None, got {max_concurrent_clients!r}.')
+  env = worker_env.worker_environment(intra_op_threads=intra_op_threads,
+                                      onednn=onednn)
   _install_hooks()
+  context = tff.backends.native.create_sync_local_cpp_execution_context(
+      max_concurrent_computation_calls=(max_concurrent_clients or -1))
+  if env:
+    with _environment(env), tff.framework.get_context_stack().install(
+        context):
+      _start_worker()
+  return context
+
+
+def set_local_execution_context(max_concurrent_clients: int | None = None,
+                                *,
+                                intra_op_threads: int | None = None,
+                                onednn: bool | None = None):
+  """Installs TFF's local C++ execution context with worker clean-up.
+
+  The context replaces the current one; the workers this process started
+  are stopped first. The arguments are `create_local_execution_context`'s.
+
+  Raises:
+    ValueError: If `max_concurrent_clients` or `intra_op_threads` is given
+      and is not positive.
+  """
   # Stop the replaced context's worker ourselves, with a bounded wait (see
   # `shutdown`), before TFF releases that context.
   stop_worker_processes()
-  tff.backends.native.set_sync_local_cpp_execution_context(
-      max_concurrent_computation_calls=(max_concurrent_clients or -1))
+  tff.framework.set_default_context(create_local_execution_context(
+      max_concurrent_clients, intra_op_threads=intra_op_threads,
+      onednn=onednn))
+
+
+@contextlib.contextmanager
+def _environment(updates: dict[str, str]):
+  """Sets environment variables for the duration of the block."""
+  previous = {name: os.environ.get(name) for name in updates}
+  os.environ.update(updates)
+  try:
+    yield
+  finally:
+    for name, value in previous.items():
+      if value is None:
+        os.environ.pop(name, None)
+      else:
+        os.environ[name] = value
+
+
+def _start_worker() -> None:
+  """Runs a trivial computation so that the context starts its worker now."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  @tff.tensorflow.computation
+  def noop():
+    return tf.constant(0)
+
+  noop()
 
 
 # Registered on import so that any program using tff-opt exits cleanly, even

@@ -1,0 +1,83 @@
+"""Worker settings: TensorFlow threads and oneDNN reach TFF's C++ worker."""
+
+import json
+import os
+
+import psutil
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import binary
+from tff_opt import runtime
+from tff_opt import worker_env
+
+
+def test_worker_environment_values():
+  assert worker_env.worker_environment() == {}
+  assert worker_env.worker_environment(intra_op_threads=3, onednn=True) == {
+      'TF_NUM_INTRAOP_THREADS': '3', 'TF_ENABLE_ONEDNN_OPTS': '1'}
+  assert worker_env.worker_environment(onednn=False) == {
+      'TF_ENABLE_ONEDNN_OPTS': '0'}
+
+
+@pytest.mark.parametrize('bad', [0, -1, True, '2', 1.0])
+def test_worker_environment_rejects_bad_thread_counts(bad):
+  with pytest.raises(ValueError) as e:
+    worker_env.worker_environment(intra_op_threads=bad)
+  assert str(e.value) == (f'intra_op_threads must be a positive integer or '
+                          f'None, got {bad!r}.')
+
+
+def test_context_starts_its_worker_with_the_settings():
+  before = {p.pid for p in runtime.worker_children()}
+  own_env = dict(os.environ)
+  context = runtime.create_local_execution_context(
+      2, intra_op_threads=1, onednn=False)
+  started = [p for p in runtime.worker_children() if p.pid not in before]
+  try:
+    # Started by the call itself, not by the first computation.
+    assert len(started) == 1
+    environ = started[0].environ()
+    assert environ['TF_NUM_INTRAOP_THREADS'] == '1'
+    assert environ['TF_ENABLE_ONEDNN_OPTS'] == '0'
+    assert '--max_concurrent_computation_calls=2' in started[0].cmdline()
+    # This process's environment is as it was.
+    assert dict(os.environ) == own_env
+
+    @tff.tensorflow.computation(tf.int32)
+    def add_one(x):
+      return x + 1
+
+    with tff.framework.get_context_stack().install(context):
+      assert add_one(41) == 42
+  finally:
+    for process in started:
+      process.kill()
+    psutil.wait_procs(started, timeout=10)
+
+
+def test_binary_refuses_threads_with_workers(capsys, tmp_path):
+  code = binary.run_train('--workers=127.0.0.1:9', '--intra_op_threads=1',
+                          f'--output_dir={tmp_path / "remote"}')
+  assert code == 2
+  assert capsys.readouterr().err == (
+      'train: error: --intra_op_threads=1: with --workers, set it on each '
+      'worker (python -m binaries.worker --intra_op_threads=N).\n')
+
+
+def test_binary_runs_with_and_records_the_settings(tmp_path):
+  # No capsys here: TFF hands this process's stdout to the worker it starts.
+  out = tmp_path / 'local'
+  code = binary.run_train('--rounds=1', '--clients_per_round=2',
+                          '--max_concurrent_clients=2', '--intra_op_threads=1',
+                          '--eval_every=1', f'--output_dir={out}')
+  assert code == 0
+  with open(out / 'hparams.json') as f:
+    hparams = json.load(f)
+  assert hparams['intra_op_threads'] == 1
+  assert hparams['max_concurrent_clients'] == 2
+  # tests/conftest.py sets TF_ENABLE_ONEDNN_OPTS=1, as the binary does.
+  assert hparams['onednn'] is True
+  workers = runtime.worker_children()
+  assert [w.environ().get('TF_NUM_INTRAOP_THREADS') for w in workers] == ['1']

@@ -1,0 +1,56 @@
+"""Environment a TFF `worker_binary` reads when it starts: threads, oneDNN.
+
+TFF 0.87's C++ worker runs each client computation in a TensorFlow session
+of its own process, so the knobs that matter for speed are TensorFlow's
+environment variables, read once, when the worker starts:
+
+- `TF_ENABLE_ONEDNN_OPTS=1`: TensorFlow's oneDNN kernels for convolutions
+  and matrix products. TensorFlow 2.14 turns them on by itself only on CPUs
+  with AVX-512 VNNI/BF16/AMX; on this project's machines (AVX, no AVX2)
+  they are off by default, yet they cut the worker's CPU seconds per
+  EMNIST-CR round by about a quarter (`benchmarks/round_time.py`, README).
+  oneDNN sums in another order than Eigen, so results differ from the
+  Eigen kernels' in the last bits (float32 round-off), not more; a run is
+  as repeatable with it as without it.
+- `TF_NUM_INTRAOP_THREADS=T`: threads one operation may use. With N
+  clients running at once (`max_concurrent_clients`) on C cores, T = C / N
+  avoids N x T threads competing for C cores.
+
+Kept free of TensorFlow imports: `binaries.worker` builds the environment of
+the C++ worker it starts without loading TensorFlow.
+"""
+
+from typing import Optional
+
+ONEDNN_ENV = 'TF_ENABLE_ONEDNN_OPTS'
+INTRA_OP_THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
+
+
+def worker_environment(*, intra_op_threads: Optional[int] = None,
+                       onednn: Optional[bool] = None) -> dict[str, str]:
+  """The environment variables to set for a worker, as a new dict.
+
+  Args:
+    intra_op_threads: TensorFlow intra-op threads of the worker; `None`
+      leaves TensorFlow's default (one per core, or what the environment
+      already says).
+    onednn: Turn TensorFlow's oneDNN kernels on (`True`) or off (`False`);
+      `None` leaves TensorFlow's default (or the environment's setting).
+
+  Returns:
+    `{name: value}` for the variables to set; empty when both are `None`.
+
+  Raises:
+    ValueError: If `intra_op_threads` is not a positive integer.
+  """
+  env = {}
+  if intra_op_threads is not None:
+    if (isinstance(intra_op_threads, bool) or
+        not isinstance(intra_op_threads, int) or intra_op_threads < 1):
+      raise ValueError(f'intra_op_threads must be a positive integer or '
+                       f'None, got {intra_op_threads!r}.')
+    env[INTRA_OP_THREADS_ENV] = str(intra_op_threads)
+  if onednn is not None:
+    env[ONEDNN_ENV] = '1' if onednn else '0'
+  return env
+
