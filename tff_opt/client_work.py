@@ -25,17 +25,26 @@ An algorithm chooses what changes:
   the optimizer's `learning_rate` hyper-parameter each round (ExpDecay of
   Reddi et al. Appendix E.6 is `schedules.staircase_decay`).
 
+Per-client constants (FedFOR's, FedADC's): a penalty or `look_ahead` may be
+a `PrecomputedHook(precompute, step)` instead of a plain function. Its
+`precompute(broadcast, *, learning_rate[, num_steps]) -> constants` runs
+once per client, before the loop (e.g. FedFOR's d = w_{t-1} - w_t), and its
+`step(weights, constants)` at every step; the penalty's gradient still comes
+from autodiff of `step`. Calling the hook with the plain signature runs both,
+so a `PrecomputedHook` is also a plain penalty (its value is the objective's).
+
 Optional hooks (FedADC's; each off by default, leaving the loop above as is):
 
-- `count_steps=True`: the client counts its batches H (a pre-pass over its
-  dataset) before the loop; the penalty, `look_ahead` and the loss hook then
-  also get `num_steps=H` (penalties that do not ask for it are never given
-  it).
+- `count_steps=True`: the client counts its batches H before the loop (the
+  dataset's cardinality when TF knows it, e.g. `from_tensor_slices` then
+  `batch` or `repeat`; otherwise a pre-pass over its dataset); the penalty,
+  `look_ahead` and the loss hook then also get `num_steps=H` (penalties that
+  do not ask for it are never given it).
 - `look_ahead(weights, broadcast, *, learning_rate[, num_steps]) -> offsets`:
   before each forward pass the variables are shifted by the offsets; the
-  gradient is taken there and the variables are restored before the
-  optimizer step (a Nesterov-type step; training metrics are then those of
-  the shifted model).
+  gradient is taken there and the optimizer steps from the unshifted
+  weights (a Nesterov-type step; training metrics are then those of the
+  shifted model).
 - `loss_fn_builder(model_fn) -> loss_fn`: called once in the client's graph
   (it may build models, e.g. a teacher); `loss_fn(model, batch, output,
   broadcast, context) -> scalar` replaces `output.loss` (the penalty is still
@@ -80,13 +89,33 @@ Choices written down here:
 """
 
 import collections
+import dataclasses
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-Penalty = Callable[..., tf.Tensor]
+
+@dataclasses.dataclass(frozen=True)
+class PrecomputedHook:
+  """A penalty or look-ahead hook split into per-client and per-step parts.
+
+  Attributes:
+    precompute: `(broadcast, *, learning_rate[, num_steps]) -> constants`,
+      run once per client before its local steps.
+    step: `(weights, constants) -> result` (a scalar for a penalty, offsets
+      for `look_ahead`), run at every local step.
+  """
+  precompute: Callable[..., Any]
+  step: Callable[[Any, Any], Any]
+
+  def __call__(self, weights, broadcast, **kwargs):
+    """The plain hook signature: both parts, one after the other."""
+    return self.step(weights, self.precompute(broadcast, **kwargs))
+
+
+Penalty = Union[Callable[..., tf.Tensor], PrecomputedHook]
 
 ROUND_NUM_KEY = 'round_num'
 OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
@@ -107,6 +136,30 @@ def _num_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
   if output.num_examples is not None:
     return tf.cast(output.num_examples, tf.int64)
   return tf.shape(tf.nest.flatten(output.predictions)[0], out_type=tf.int64)[0]
+
+
+def _per_step(hook, broadcast, kwargs):
+  """Returns `hook` as a function of the weights alone (or `None`).
+
+  A `PrecomputedHook`'s constants are computed here, once per client.
+  """
+  if hook is None:
+    return None
+  if isinstance(hook, PrecomputedHook):
+    constants = hook.precompute(broadcast, **kwargs)
+    return lambda weights: hook.step(weights, constants)
+  return lambda weights: hook(weights, broadcast, **kwargs)
+
+
+def _count_batches(dataset: tf.data.Dataset) -> tf.Tensor:
+  """Returns the number of elements of `dataset` (int32).
+
+  Its cardinality when TF knows it, else counted by a pass over it.
+  """
+  cardinality = dataset.cardinality()
+  return tf.cond(
+      cardinality >= 0, lambda: tf.cast(cardinality, tf.int32),
+      lambda: dataset.reduce(tf.constant(0, tf.int32), lambda n, _: n + 1))
 
 
 def _zero_if_non_finite(delta):
@@ -146,9 +199,12 @@ def _build_client_update(model_fn, optimizer, penalty, client_weighting,
     local_steps = tf.constant(0, tf.int64)  # Steps taken (for report_fn).
     hook_kwargs = {}
     if count_steps:
-      hook_kwargs['num_steps'] = dataset.reduce(
-          tf.constant(0, tf.int32), lambda n, _: n + 1)
-    context = dict(learning_rate=learning_rate, **hook_kwargs)
+      hook_kwargs['num_steps'] = _count_batches(dataset)
+    hook_args = dict(learning_rate=learning_rate, **hook_kwargs)
+    # A `PrecomputedHook`'s per-client constants: computed once, here.
+    penalty_of = _per_step(penalty, broadcast, hook_args)
+    offsets_of = _per_step(look_ahead, broadcast, hook_args)
+    context = dict(hook_args)
     if client_stats_fn is not None:
       context['client_stats'] = client_stats_fn(dataset)
     # Weights before the look-ahead shift (a loop variable for autograph).
@@ -157,25 +213,24 @@ def _build_client_update(model_fn, optimizer, penalty, client_weighting,
     for batch in iter(dataset):
       if look_ahead is not None:
         current = [v.read_value() for v in trainable]
-        offsets = look_ahead(trainable, broadcast, learning_rate=learning_rate,
-                             **hook_kwargs)
-        for variable, offset in zip(trainable, offsets):
-          variable.assign_add(offset)
+        offsets = offsets_of(trainable)
+        for variable, value, offset in zip(trainable, current, offsets):
+          variable.assign(value + offset)
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
         if batch_loss_fn is None:
           loss = output.loss
         else:
           loss = batch_loss_fn(model, batch, output, broadcast, context)
-        if penalty is not None:
-          loss += penalty(trainable, broadcast, learning_rate=learning_rate,
-                          **hook_kwargs)
+        if penalty_of is not None:
+          loss += penalty_of(trainable)
       gradients = tape.gradient(loss, trainable)
-      if look_ahead is not None:
-        for variable, value in zip(trainable, current):
-          variable.assign(value)
+      # After a look-ahead the step is taken from the unshifted weights
+      # (`current`); the variables get the updated weights below.
       optimizer_state, updated = optimizer.next(
-          optimizer_state, tuple(trainable), tuple(gradients))
+          optimizer_state,
+          tuple(current if look_ahead is not None else trainable),
+          tuple(gradients))
       for variable, value in zip(trainable, updated):
         variable.assign(value)
       num_examples += _num_examples(output)
@@ -217,7 +272,7 @@ def build_local_training(
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     count_steps: bool = False,
-    look_ahead: Optional[Callable[..., Any]] = None,
+    look_ahead: Optional[Union[Callable[..., Any], PrecomputedHook]] = None,
     loss_fn_builder: Optional[Callable[..., Callable[..., tf.Tensor]]] = None,
     client_stats_fn: Optional[Callable[[tf.data.Dataset], Any]] = None,
     report_fn: Optional[Callable[..., Any]] = None,
@@ -231,7 +286,8 @@ def build_local_training(
     client_optimizer: A `tff.learning.optimizers.Optimizer` with a
       `learning_rate` hyper-parameter; it takes the local steps.
     penalty: Optional `(weights, broadcast, *, learning_rate) -> scalar`
-      added to every batch loss (see the module docstring).
+      added to every batch loss, or a `PrecomputedHook` (see the module
+      docstring).
     broadcast_type: The unplaced type of what the distributor sends; the
       model's `ModelWeights` type when `None`.
     client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (default)
@@ -240,7 +296,8 @@ def build_local_training(
       rate; when given it replaces the optimizer's learning rate each round.
     count_steps: Count the client's batches before the loop and pass
       `num_steps` to the penalty and hooks (see the module docstring).
-    look_ahead: Optional look-ahead hook (see the module docstring).
+    look_ahead: Optional look-ahead hook, plain or a `PrecomputedHook`
+      (see the module docstring).
     loss_fn_builder: Optional builder of a loss hook replacing the model's
       batch loss (see the module docstring).
     client_stats_fn: Optional dataset -> statistics pre-pass, handed to the

@@ -27,6 +27,10 @@ How the pieces map onto the shared client work:
   look-ahead offset -eta * m_bar (the gradient is taken at w - eta * m_bar,
   the step from w: w - eta * (g(w - eta * m_bar) + m_bar) = w_half - eta *
   g(w_half)).
+- m_bar and -eta * m_bar are constant within a client's round: FedADC hands
+  the client work `embedded_momentum_hook` and `nesterov_look_ahead_hook`,
+  the same two hooks as `client_work.PrecomputedHook`s, which compute them
+  once per client rather than at every step.
 - `LocalEmaMomentum`: Algorithm 4's local momentum. m_bar is constant within
   a round, so an EMA of (g + m_bar) started at its first value equals
   m_bar + EMA(g): the double-momentum step is this optimizer applied to the
@@ -49,11 +53,14 @@ Choices written down here:
 """
 
 import collections
+import functools
 from collections.abc import Callable
 from typing import Any, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_opt import client_work as client_work_lib
 
 MOMENTUM_KEY = 'momentum'
 ROUND_NUM_KEY = 'round_num'
@@ -69,9 +76,37 @@ def _momentum_scale(beta_local: float, num_steps: tf.Tensor) -> tf.Tensor:
   return tf.constant(beta_local, tf.float32) / steps
 
 
+def embedded_momentum(broadcast, *, learning_rate, num_steps,
+                      beta_local: float) -> list[tf.Tensor]:
+  """m_bar = beta_local * m_t / H, the per-client constant of both hooks.
+
+  Args:
+    broadcast: `{'model_weights': ..., 'momentum': m_t}` (m_t in the order
+      of the trainable weights).
+    learning_rate: Unused (the step's eta is the optimizer's).
+    num_steps: H, the client's number of local steps this round.
+    beta_local: beta_local of Algorithm 3.
+
+  Returns:
+    m_bar, a list in the order of the trainable weights.
+  """
+  del learning_rate
+  scale = _momentum_scale(beta_local, num_steps)
+  return [scale * m for m in broadcast[MOMENTUM_KEY]]
+
+
+def linear_step(weights, m_bar) -> tf.Tensor:
+  """<w, m_bar>, whose gradient is m_bar (m_bar is a constant)."""
+  return tf.add_n([
+      tf.reduce_sum(w * tf.stop_gradient(m)) for w, m in zip(weights, m_bar)
+  ])
+
+
 def embedded_momentum_penalty(weights, broadcast, *, learning_rate, num_steps,
                               beta_local: float) -> tf.Tensor:
   """<w, m_bar> with m_bar = beta_local * m_t / H: gradient m_bar.
+
+  The client work uses it split in two (`embedded_momentum_hook`).
 
   Args:
     weights: The trainable variables, in model order.
@@ -84,21 +119,41 @@ def embedded_momentum_penalty(weights, broadcast, *, learning_rate, num_steps,
   Returns:
     A scalar `tf.Tensor`.
   """
-  del learning_rate
-  scale = _momentum_scale(beta_local, num_steps)
-  return scale * tf.add_n([
-      tf.reduce_sum(w * tf.stop_gradient(m))
-      for w, m in zip(weights, broadcast[MOMENTUM_KEY])
-  ])
+  return linear_step(weights, embedded_momentum(
+      broadcast, learning_rate=learning_rate, num_steps=num_steps,
+      beta_local=beta_local))
+
+
+def embedded_momentum_hook(beta_local: float
+                           ) -> client_work_lib.PrecomputedHook:
+  """`embedded_momentum_penalty` with m_bar computed once per client."""
+  return client_work_lib.PrecomputedHook(
+      functools.partial(embedded_momentum, beta_local=beta_local),
+      linear_step)
+
+
+def look_ahead_offsets(broadcast, *, learning_rate, num_steps,
+                       beta_local: float) -> list[tf.Tensor]:
+  """-eta * m_bar, the Nesterov look-ahead offsets (constant in a round)."""
+  scale = tf.cast(learning_rate, tf.float32) * _momentum_scale(
+      beta_local, num_steps)
+  return [-scale * m for m in broadcast[MOMENTUM_KEY]]
 
 
 def nesterov_look_ahead(weights, broadcast, *, learning_rate, num_steps,
                         beta_local: float) -> list[tf.Tensor]:
   """The look-ahead offsets -eta * m_bar of the Nesterov variant."""
   del weights
-  scale = tf.cast(learning_rate, tf.float32) * _momentum_scale(
-      beta_local, num_steps)
-  return [-scale * m for m in broadcast[MOMENTUM_KEY]]
+  return look_ahead_offsets(broadcast, learning_rate=learning_rate,
+                            num_steps=num_steps, beta_local=beta_local)
+
+
+def nesterov_look_ahead_hook(beta_local: float
+                             ) -> client_work_lib.PrecomputedHook:
+  """`nesterov_look_ahead` with its offsets computed once per client."""
+  return client_work_lib.PrecomputedHook(
+      functools.partial(look_ahead_offsets, beta_local=beta_local),
+      lambda weights, offsets: offsets)
 
 
 class LocalEmaMomentum(tff.learning.optimizers.Optimizer):

@@ -12,10 +12,21 @@ hyper-parameter with `functools.partial` and hands the result to
 gradient tape: gradients come from autodiff, never from a hand-written
 formula.
 
+A penalty with per-client constants (FedFOR's d = w_{t-1} - w_t) also comes
+split in two, `<name>_constants(broadcast, *, learning_rate, ...)` and
+`<name>_step(weights, constants)`, the plain penalty being the step of the
+constants; `<name>_hook` packs them as a `client_work.PrecomputedHook`, whose
+constants the client work computes once per client instead of at every
+local step (the same numbers, fewer passes over model-sized tensors).
+
     proximal              FedProx      (mu/2) ||w - w_t||^2
     first_order_positive  FedFOR Eq.7  (alpha/eta) sum_i relu(d_i (w_i - w_t,i)),
                                        d = w_{t-1} - w_t; zero without w_{t-1}
-    elastic               FedCurv      lam (w^T diag(u) w - 2 w^T v)
+                                       (`first_order_positive_hook`: d and
+                                       alpha/eta once per client)
+    elastic               FedCurv      lam (w^T diag(u) w - 2 w^T v) + const
+                                       (`elastic_hook`: sqrt(u), v/sqrt(u)
+                                       once per client)
     linear_correction     SCAFFOLD     <w, c - c_i>  (gradient c - c_i)
     dynamic               FedDyn       -<g_k, w> + (alpha/2) ||w - w_t||^2
 
@@ -31,6 +42,8 @@ local training w = w_t, so the first local step carries no FedFOR gradient
 (the paper's U(x) is x for x >= 0, whose right derivative at 0 would be 1;
 the issue fixes the gradient as (alpha/eta) d_i where d_i (w_i - w_t,i) > 0).
 """
+
+import functools
 
 import tensorflow as tf
 
@@ -52,6 +65,10 @@ def _sum(tensors) -> tf.Tensor:
 def proximal(weights, broadcast, *, learning_rate, mu) -> tf.Tensor:
   """FedProx's proximal term (mu/2) ||w - w_t||^2 (gradient mu (w - w_t)).
 
+  Written as mu * sum(l2_loss(w - w_t)) (l2_loss(x) = ||x||^2 / 2): the same
+  value, and autodiff gives the gradient as (w - w_t) * mu in one
+  multiplication (the same numbers as through `tf.square`, fewer passes).
+
   Args:
     weights: The trainable variables, in model order.
     broadcast: What the distributor sent; its model weights are w_t.
@@ -63,7 +80,47 @@ def proximal(weights, broadcast, *, learning_rate, mu) -> tf.Tensor:
   """
   del learning_rate
   anchor = client_work.model_weights_of(broadcast).trainable
-  return 0.5 * mu * _sum([tf.square(w - a) for w, a in zip(weights, anchor)])
+  return mu * tf.add_n(
+      [tf.nn.l2_loss(w - a) for w, a in zip(weights, anchor)])
+
+
+def first_order_positive_constants(broadcast, *, learning_rate, alpha):
+  """FedFOR's per-client constants: (w_t, d = w_{t-1} - w_t, alpha/eta).
+
+  The scale is 0 when the broadcast's `has_previous` is false (first round).
+
+  Args:
+    broadcast: A mapping with `model_weights` (w_t), `previous_model_weights`
+      (w_{t-1}) and `has_previous` (a boolean scalar).
+    learning_rate: The client learning rate eta.
+    alpha: The penalty strength, >= 0.
+
+  Returns:
+    A tuple `(anchor, direction, scale)`: w_t and d as lists in model order,
+    scale a float32 scalar.
+  """
+  current = client_work.model_weights_of(broadcast).trainable
+  previous = broadcast[PREVIOUS_MODEL_KEY].trainable
+  direction = [p - c for c, p in zip(current, previous)]
+  scale = tf.cast(broadcast[HAS_PREVIOUS_KEY], tf.float32) * (
+      alpha / tf.cast(learning_rate, tf.float32))
+  return list(current), direction, scale
+
+
+def first_order_positive_step(weights, constants) -> tf.Tensor:
+  """FedFOR's Eq. 7 from its constants: scale * sum_i relu(d_i (w_i - w_t,i)).
+
+  Args:
+    weights: The trainable variables, in model order.
+    constants: `first_order_positive_constants(...)`.
+
+  Returns:
+    A scalar tensor.
+  """
+  anchor, direction, scale = constants
+  return scale * _sum([
+      tf.nn.relu(d * (w - c)) for w, c, d in zip(weights, anchor, direction)
+  ])
 
 
 def first_order_positive(weights, broadcast, *, learning_rate,
@@ -71,7 +128,8 @@ def first_order_positive(weights, broadcast, *, learning_rate,
   """FedFOR's first-order penalty (Eq. 7 of Tian, Smith, Kira).
 
   (alpha/eta) sum_i relu(d_i (w_i - w_t,i)) with d = w_{t-1} - w_t; zero when
-  the broadcast's `has_previous` is false (first round).
+  the broadcast's `has_previous` is false (first round). FedFOR's client work
+  uses the same penalty split in two, `first_order_positive_hook`.
 
   Args:
     weights: The trainable variables, in model order.
@@ -83,21 +141,77 @@ def first_order_positive(weights, broadcast, *, learning_rate,
   Returns:
     A scalar tensor.
   """
-  current = client_work.model_weights_of(broadcast).trainable
-  previous = broadcast[PREVIOUS_MODEL_KEY].trainable
-  scale = tf.cast(broadcast[HAS_PREVIOUS_KEY], tf.float32) * (
-      alpha / tf.cast(learning_rate, tf.float32))
-  return scale * _sum([
-      tf.nn.relu((p - c) * (w - c))
-      for w, c, p in zip(weights, current, previous)
-  ])
+  return first_order_positive_step(weights, first_order_positive_constants(
+      broadcast, learning_rate=learning_rate, alpha=alpha))
+
+
+def first_order_positive_hook(alpha: float) -> client_work.PrecomputedHook:
+  """`first_order_positive` with d and alpha/eta computed once per client.
+
+  Args:
+    alpha: The penalty strength, >= 0.
+
+  Returns:
+    A `client_work.PrecomputedHook`; called with the plain penalty signature
+    it is `first_order_positive(..., alpha=alpha)`.
+  """
+  return client_work.PrecomputedHook(
+      functools.partial(first_order_positive_constants, alpha=alpha),
+      first_order_positive_step)
+
+
+def elastic_constants(broadcast, *, learning_rate, lam):
+  """FedCurv's per-client constants: (sqrt(u), v / sqrt(u), lam).
+
+  Where u <= 0 the penalty has no term: a sum of Fisher diagonals is never
+  negative and v = sum F w is 0 where it is 0; u - F_own of the cross-silo
+  variant can round below 0 (with v - (F w)_own rounding near 0), and is
+  clamped at 0 before the square root; v / sqrt(u) is 0 where u is 0.
+
+  Args:
+    broadcast: A mapping with `fisher_sum` (u) and `fisher_weight_sum` (v),
+      each a list shaped like the trainable weights.
+    learning_rate: Unused.
+    lam: The penalty strength lambda, >= 0.
+
+  Returns:
+    A tuple `(root, target, lam)`: sqrt(u) and v / sqrt(u) as lists in
+    model order, and lam.
+  """
+  del learning_rate
+  root = [tf.sqrt(tf.maximum(u, 0.0)) for u in broadcast[FISHER_SUM_KEY]]
+  target = [tf.math.divide_no_nan(v, r)
+            for v, r in zip(broadcast[FISHER_WEIGHT_SUM_KEY], root)]
+  return root, target, lam
+
+
+def elastic_step(weights, constants) -> tf.Tensor:
+  """FedCurv's penalty from its constants: lam sum (sqrt(u) w - v/sqrt(u))^2.
+
+  Equal to lam (w^T diag(u) w - 2 w^T v) plus the constant lam sum v^2 / u,
+  so with the same gradient 2 lam (u w - v); written as an `l2_loss` of one
+  product and one difference, autodiff needs a few passes over the weights
+  per step instead of a dozen.
+
+  Args:
+    weights: The trainable variables, in model order.
+    constants: `elastic_constants(...)`.
+
+  Returns:
+    A scalar tensor.
+  """
+  root, target, lam = constants
+  return (2.0 * lam) * tf.add_n([
+      tf.nn.l2_loss(r * w - t) for w, r, t in zip(weights, root, target)])
 
 
 def elastic(weights, broadcast, *, learning_rate, lam) -> tf.Tensor:
-  """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (constant dropped).
+  """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (up to a constant).
 
-  lam (w^T diag(u) w - 2 w^T v), gradient 2 lam (u w - v), where u and v are
-  the broadcast's `fisher_sum` and `fisher_weight_sum`.
+  lam (w^T diag(u) w - 2 w^T v) + const, gradient 2 lam (u w - v), where u
+  and v are the broadcast's `fisher_sum` and `fisher_weight_sum` (Eq. 3's
+  constant is not kept; see `elastic_step` for the one added).
+  FedCurv's client work uses the same penalty split in two, `elastic_hook`.
 
   Args:
     weights: The trainable variables, in model order.
@@ -109,12 +223,30 @@ def elastic(weights, broadcast, *, learning_rate, lam) -> tf.Tensor:
   Returns:
     A scalar tensor.
   """
-  del learning_rate
-  u = broadcast[FISHER_SUM_KEY]
-  v = broadcast[FISHER_WEIGHT_SUM_KEY]
-  return lam * _sum([
-      a * tf.square(w) - 2.0 * b * w for w, a, b in zip(weights, u, v)
-  ])
+  return elastic_step(weights, elastic_constants(
+      broadcast, learning_rate=learning_rate, lam=lam))
+
+
+def elastic_hook(lam: float, adjust=None) -> client_work.PrecomputedHook:
+  """`elastic` with sqrt(u) and v / sqrt(u) computed once per client.
+
+  Args:
+    lam: The penalty strength lambda, >= 0.
+    adjust: Optional `broadcast -> broadcast` applied first, once per
+      client (FedCurv's cross-silo variant removes the client's own
+      contribution from u and v with it).
+
+  Returns:
+    A `client_work.PrecomputedHook`; called with the plain penalty signature
+    it is `elastic(..., lam=lam)` (of the adjusted broadcast).
+  """
+
+  def constants(broadcast, *, learning_rate):
+    if adjust is not None:
+      broadcast = adjust(broadcast)
+    return elastic_constants(broadcast, learning_rate=learning_rate, lam=lam)
+
+  return client_work.PrecomputedHook(constants, elastic_step)
 
 
 def linear_correction(weights, broadcast, *, learning_rate) -> tf.Tensor:

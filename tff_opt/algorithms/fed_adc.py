@@ -294,11 +294,9 @@ def build_fed_adc(
     hooks.update(
         broadcast_type=distributor.next.type_signature.result.result.member,
         count_steps=True,
-        penalty=functools.partial(momentum_lib.embedded_momentum_penalty,
-                                  beta_local=beta_local))
+        penalty=momentum_lib.embedded_momentum_hook(beta_local))
     if variant == 'nesterov':
-      hooks['look_ahead'] = functools.partial(
-          momentum_lib.nesterov_look_ahead, beta_local=beta_local)
+      hooks['look_ahead'] = momentum_lib.nesterov_look_ahead_hook(beta_local)
   else:
     distributor = tff.learning.templates.build_broadcast_process(weights_type)
   if distillation:

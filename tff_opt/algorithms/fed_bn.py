@@ -330,8 +330,7 @@ def _base_recipe_fn(name, hparams, server_optimizer_fn):
     return functools.partial(
         recipe_lib.penalized_fed_opt,
         distributor_fn=distributors.with_previous_model,
-        penalty=functools.partial(penalties.first_order_positive,
-                                  alpha=hparams['alpha']),
+        penalty=penalties.first_order_positive_hook(hparams['alpha']),
         server_optimizer_fn=server_optimizer_fn)
   if name == 'fedcurv':
     _common.check_non_negative('lam', hparams['lam'])

@@ -20,9 +20,10 @@ Choices the paper leaves open, written down and tested:
 - alpha = 0 is FedAvg; the paper uses alpha = 5.
 - Communication: server -> client is two models plus the one-byte
   `has_previous` flag (the paper's Table 1: {W^{t-1}, W^{t-2}}).
+- d and alpha/eta are computed once per client, before its local steps
+  (`penalties.first_order_positive_hook`), not at every step.
 """
 
-import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -73,7 +74,7 @@ def build_fed_for(
   return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=distributors.with_previous_model,
-      penalty=functools.partial(penalties.first_order_positive, alpha=alpha),
+      penalty=penalties.first_order_positive_hook(alpha),
       client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
