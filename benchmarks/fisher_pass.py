@@ -21,6 +21,9 @@ import os
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+# TensorFlow's oneDNN kernels unless the environment says otherwise (see
+# tff_opt/worker_env.py), as in the binaries.
+os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
