@@ -263,8 +263,7 @@ class Setting:
     """Creates the setting's context and starts its worker."""
     self.context = runtime.create_local_execution_context(
         self.concurrency, intra_op_threads=self.threads or None)
-    with tff.framework.get_context_stack().install(self.context):
-      _noop()  # The worker is up before any round is timed.
+    runtime.start_worker(self.context)  # Up before any round is timed.
 
   def wrap(self, round_fn):
     """`round_fn` run under this setting's context."""
@@ -274,11 +273,6 @@ class Setting:
         round_fn()
 
     return run
-
-
-@tff.tensorflow.computation
-def _noop():
-  return tf.constant(0)
 
 
 def _parse_args(argv):

@@ -89,6 +89,7 @@ Choices written down here:
 """
 
 import collections
+import collections.abc
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Optional, Union
@@ -130,6 +131,14 @@ def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
   if isinstance(broadcast, tff.learning.models.ModelWeights):
     return broadcast
   return broadcast[MODEL_WEIGHTS_KEY]
+
+
+def features_and_labels(batch) -> tuple[Any, Any]:
+  """A batch's (or input spec's) `(x, y)`: a mapping's 'x' and 'y' entries,
+  else its first two elements."""
+  if isinstance(batch, collections.abc.Mapping):
+    return batch['x'], batch['y']
+  return batch[0], batch[1]
 
 
 def _num_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:

@@ -44,11 +44,12 @@ values (`loss.call`) averaged over their non-batch elements for the
 (a gradient of a non-scalar loss is that of its sum).
 """
 
-import collections.abc
 import dataclasses
 from typing import Any, Optional
 
 import tensorflow as tf
+
+from tff_opt import client_work
 
 try:  # TFF's Keras wrapper: the only `VariableModel` the fast path reads.
   from tensorflow_federated.python.learning.models import keras_utils as _tff_keras  # pylint: disable=g-import-not-at-top
@@ -148,9 +149,7 @@ def keras_chain(model) -> Optional[KerasChain]:
       type(loss).__call__ is not tf.keras.losses.Loss.__call__ or
       loss.reduction not in _MEAN_REDUCTIONS + _SUM_REDUCTIONS):
     return None
-  input_spec = model.input_spec
-  x_spec = (input_spec.get('x') if isinstance(input_spec, dict) else
-            input_spec[0])
+  x_spec, _ = client_work.features_and_labels(model.input_spec)
   if type(x_spec) is not tf.TensorSpec:  # pylint: disable=unidiomatic-typecheck
     return None
   if type(keras_model) is tf.keras.Sequential:  # pylint: disable=unidiomatic-typecheck
@@ -359,10 +358,7 @@ def squared_gradient_sums(chain: KerasChain, model, batch, *,
     `(sums, num_examples)`: a list shaped like `model.trainable_variables`
     of sum_i (d l_i / d w)^2, and the batch's number of examples (float32).
   """
-  if isinstance(batch, collections.abc.Mapping):
-    x, y = batch['x'], batch['y']
-  else:
-    x, y = batch[0], batch[1]
+  x, y = client_work.features_and_labels(batch)
   trainable = {v.ref() for v in model.trainable_variables}
   watched = []  # (layer, z, patches maker)
   with tf.GradientTape(watch_accessed_variables=False) as tape:

@@ -74,6 +74,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import client_work
 from tff_opt import penalties
 from tff_opt.algorithms import fed_adc
 
@@ -127,12 +128,6 @@ def _check_indices(indices: Sequence[int], num_variables: int
 # --- Pieces run on a client (TensorFlow) -------------------------------------
 
 
-def _features_and_labels(batch):
-  if isinstance(batch, collections.abc.Mapping):
-    return batch['x'], batch['y']
-  return batch[0], batch[1]
-
-
 def evaluate_metrics(model: tff.learning.models.VariableModel,
                      dataset: tf.data.Dataset) -> collections.OrderedDict:
   """Accuracy and mean loss of `model` on batched `dataset`.
@@ -149,7 +144,7 @@ def evaluate_metrics(model: tff.learning.models.VariableModel,
             tf.constant(0, tf.int64))
   for batch in iter(dataset):
     output = model.forward_pass(batch, training=False)
-    _, y = _features_and_labels(batch)
+    _, y = client_work.features_and_labels(batch)
     predicted = tf.argmax(output.predictions, axis=-1)
     labels = tf.cast(tf.reshape(y, tf.shape(predicted)), tf.int64)
     n = tf.shape(predicted, out_type=tf.int64)[0]
@@ -176,7 +171,7 @@ def check_classifier(
       tensor of shape [batch].
   """
   with tf.Graph().as_default():
-    _, y_spec = _features_and_labels(model_fn().input_spec)
+    _, y_spec = client_work.features_and_labels(model_fn().input_spec)
   if y_spec.shape.rank != 1 or not y_spec.dtype.is_integer:
     raise ValueError(
         'personalization needs a classifier with one integer label per '
@@ -187,7 +182,7 @@ def check_classifier(
 def _num_classes(model_fn) -> int:
   with tf.Graph().as_default():
     model = model_fn()
-    x_spec, _ = _features_and_labels(model.input_spec)
+    x_spec, _ = client_work.features_and_labels(model.input_spec)
     shape = [1 if d is None else d for d in x_spec.shape.as_list()]
     predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
                                          training=False)
@@ -269,7 +264,7 @@ def build_fine_tune_fn(
           output = model.forward_pass(batch, training=True)
           loss = output.loss
           if teacher is not None:
-            x, y = _features_and_labels(batch)
+            x, y = client_work.features_and_labels(batch)
             target = tf.stop_gradient(fed_adc.self_confidence_target(
                 tf.nn.softmax(teacher.predict_on_batch(x, training=False) /
                               distill_temperature),
@@ -464,7 +459,7 @@ def build_client_inputs(
       skipped.append(i)
       continue
     stacked = tf.nest.map_structure(lambda *t: np.stack(t), *examples)
-    _, labels = _features_and_labels(stacked)
+    _, labels = client_work.features_and_labels(stacked)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
       raise ValueError('personalization needs one integer label per '
                        f'example, got labels of shape {labels.shape[1:]} '

@@ -190,9 +190,8 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
   context = tff.backends.native.create_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=(max_concurrent_clients or -1))
   if env:
-    with _environment(env), tff.framework.get_context_stack().install(
-        context):
-      _start_worker()
+    with _environment(env):
+      start_worker(context)
   return context
 
 
@@ -232,15 +231,20 @@ def _environment(updates: dict[str, str]):
         os.environ[name] = value
 
 
-def _start_worker() -> None:
-  """Runs a trivial computation so that the context starts its worker now."""
+def start_worker(context) -> None:
+  """Starts `context`'s worker now (TFF starts it on the first computation).
+
+  Runs a trivial computation under `context`; a no-op when the worker is
+  already up.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   @tff.tensorflow.computation
   def noop():
     return tf.constant(0)
 
-  noop()
+  with tff.framework.get_context_stack().install(context):
+    noop()
 
 
 # Registered on import so that any program using tff-opt exits cleanly, even

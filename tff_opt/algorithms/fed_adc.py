@@ -56,7 +56,6 @@ Choices the paper leaves open (each tested):
   their target is the teacher's probability.
 """
 
-import collections
 import functools
 from collections.abc import Callable
 from typing import Any, Optional
@@ -124,7 +123,7 @@ def label_proportions(dataset: tf.data.Dataset,
   """
 
   def add(counts, batch):
-    _, y = _features_and_labels(batch)
+    _, y = client_work_lib.features_and_labels(batch)
     return counts + tf.reduce_sum(
         tf.one_hot(tf.reshape(tf.cast(y, tf.int32), [-1]), num_classes), 0)
 
@@ -135,12 +134,6 @@ def label_proportions(dataset: tf.data.Dataset,
 def confidences(gamma: tf.Tensor) -> tf.Tensor:
   """rho_i = gamma_i / max_j gamma_j (zeros when gamma is all zero)."""
   return gamma / tf.maximum(tf.reduce_max(gamma), 1e-12)
-
-
-def _features_and_labels(batch):
-  if isinstance(batch, collections.abc.Mapping):
-    return batch['x'], batch['y']
-  return batch[0], batch[1]
 
 
 def build_self_confidence_loss(distill_lambda: float, temperature: float
@@ -166,7 +159,7 @@ def build_self_confidence_loss(distill_lambda: float, temperature: float
       del model
       tf.nest.map_structure(lambda v, t: v.assign(t), teacher_weights,
                             client_work_lib.model_weights_of(broadcast))
-      x, y = _features_and_labels(batch)
+      x, y = client_work_lib.features_and_labels(batch)
       teacher_logits = tf.stop_gradient(
           teacher.predict_on_batch(x, training=False))
       target = tf.stop_gradient(self_confidence_target(
@@ -188,7 +181,7 @@ def _num_classes(model_fn) -> int:
   with tf.Graph().as_default():
     model = model_fn()
     spec = model.input_spec
-    x_spec, _ = _features_and_labels(spec)
+    x_spec, _ = client_work_lib.features_and_labels(spec)
     shape = [1 if d is None else d for d in x_spec.shape.as_list()]
     predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
                                          training=False)
