@@ -14,6 +14,8 @@ builder and `create_model(name, input_shape, num_classes)` builds one by name
 | `mtt_convnet` | FedPTR                           | instance norm        |
 | `fedcurv_cnn` | FedCurv (MNIST)                  | none (dropout)       |
 | `fedadc_cnn`  | FedADC (CIFAR-10)                | none                 |
+| `small_cnn`   | reduced-scale claims (MNIST-5k)  | none                 |
+| `mnist_2nn`   | McMahan et al.'s 2NN (MNIST)     | none                 |
 
 Choices the papers leave open, made here:
 
@@ -53,6 +55,16 @@ Choices the papers leave open, made here:
   filters, a 2x2 max-pool after the second and the fourth, then dense 512,
   256, 128 (relu) and dense `num_classes` (arguments `conv_filters`,
   `dense_units` change them).
+* **small_cnn** (ours, for the reduced-scale claims of
+  `binaries.claims`, where the papers' CNNs cost too much on two CPU
+  cores): McMahan et al.'s MNIST CNN at a quarter of its widths --
+  conv5x5 16 'same' relu -> maxpool 2 -> conv5x5 32 'same' relu -> maxpool 2
+  -> flatten -> dense 64 relu -> dense `num_classes`: 114,314 parameters for
+  28x28x1 and ten classes (~6 MFLOPs per forward pass against
+  `fedcurv_cnn`'s ~22). Plain Dense/Conv2D chain, so FedCurv's one-pass
+  Fisher (`tff_opt/fisher.py`) and FedPTR's functional forward apply.
+* **mnist_2nn** (McMahan et al. 2017, "2NN"): flatten -> dense 200 relu ->
+  dense 200 relu -> dense `num_classes`: 199,210 parameters for 28x28x1.
 * Batch norm everywhere uses PyTorch's defaults (the papers' code is
   PyTorch): momentum 0.1 for the running statistics (Keras `momentum=0.9`)
   and epsilon 1e-5. Other initialisers are Keras's defaults.
@@ -291,6 +303,59 @@ def create_fedadc_cnn(input_shape=(32, 32, 3), num_classes: int = 10, *,
   return tf.keras.Sequential(layers, name='fedadc_cnn')
 
 
+def create_small_cnn(input_shape=(28, 28, 1),
+                     num_classes: int = 10) -> tf.keras.Model:
+  """A quarter-width McMahan et al. MNIST CNN (module docstring).
+
+  Args:
+    input_shape: (height, width, channels), height and width >= 4.
+    num_classes: Number of output logits, >= 2.
+
+  Returns:
+    An uncompiled `tf.keras.Model` mapping images to logits.
+
+  Raises:
+    ValueError: If an argument is out of range.
+  """
+  _check_classes(num_classes)
+  shape = _check_shape('small_cnn', input_shape, 4)
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=shape),
+      tf.keras.layers.Conv2D(16, 5, padding='same', activation='relu'),
+      tf.keras.layers.MaxPooling2D(2),
+      tf.keras.layers.Conv2D(32, 5, padding='same', activation='relu'),
+      tf.keras.layers.MaxPooling2D(2),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(64, activation='relu'),
+      tf.keras.layers.Dense(num_classes),
+  ], name='small_cnn')
+
+
+def create_mnist_2nn(input_shape=(28, 28, 1),
+                     num_classes: int = 10) -> tf.keras.Model:
+  """McMahan et al.'s 2NN: two hidden dense layers of 200 (docstring).
+
+  Args:
+    input_shape: (height, width, channels).
+    num_classes: Number of output logits, >= 2.
+
+  Returns:
+    An uncompiled `tf.keras.Model` mapping images to logits.
+
+  Raises:
+    ValueError: If an argument is out of range.
+  """
+  _check_classes(num_classes)
+  shape = _check_shape('mnist_2nn', input_shape, 1)
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=shape),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(200, activation='relu'),
+      tf.keras.layers.Dense(200, activation='relu'),
+      tf.keras.layers.Dense(num_classes),
+  ], name='mnist_2nn')
+
+
 MODELS: dict[str, Callable[..., tf.keras.Model]] = {
     'resnet20': create_resnet20,
     'resnet20_gn': lambda s, n: create_resnet20(s, n, norm='group'),
@@ -300,6 +365,8 @@ MODELS: dict[str, Callable[..., tf.keras.Model]] = {
     'mtt_convnet': models.create_mtt_convnet,
     'fedcurv_cnn': create_fedcurv_cnn,
     'fedadc_cnn': create_fedadc_cnn,
+    'small_cnn': create_small_cnn,
+    'mnist_2nn': create_mnist_2nn,
 }
 MODEL_NAMES: tuple[str, ...] = tuple(sorted(MODELS))
 

@@ -80,7 +80,7 @@ from tasks import models_zoo
 DEFAULT_EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
     num_epochs=1, batch_size=100, shuffle_buffer_size=1)
 _SMALL_MODELS = ('fedcurv_cnn', 'fedbn_cnn', 'fedadc_cnn', 'mtt_convnet',
-                 'resnet20', 'resnet20_gn')
+                 'resnet20', 'resnet20_gn', 'small_cnn', 'mnist_2nn')
 _CIFAR_MODELS = ('resnet20', 'resnet20_gn', 'resnet18_gn', 'fedadc_cnn',
                  'fedbn_cnn', 'mtt_convnet')
 

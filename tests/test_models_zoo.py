@@ -77,6 +77,16 @@ def _mtt_convnet(num_classes):
   return convs + 3 * 2 * 128 + _dense(4 * 4 * 128, num_classes), 0
 
 
+def _small_cnn(num_classes):
+  return (_conv(5, 1, 16) + _conv(5, 16, 32) + _dense(7 * 7 * 32, 64)
+          + _dense(64, num_classes)), 0
+
+
+def _mnist_2nn(num_classes):
+  return (_dense(28 * 28, 200) + _dense(200, 200)
+          + _dense(200, num_classes)), 0
+
+
 # name -> (input shape, classes, expected (trainable, frozen), trainable
 # count written out as a cross-check of the formulas).
 CASES = {
@@ -87,6 +97,8 @@ CASES = {
     'fedcurv_cnn': ((28, 28, 1), 10, _fedcurv_cnn(10), 1_199_882),
     'fedadc_cnn': ((32, 32, 3), 10, _fedadc_cnn(10), 2_328_746),
     'mtt_convnet': ((32, 32, 3), 10, _mtt_convnet(10), 320_010),
+    'small_cnn': ((28, 28, 1), 10, _small_cnn(10), 114_314),
+    'mnist_2nn': ((28, 28, 1), 10, _mnist_2nn(10), 199_210),
 }
 
 
@@ -161,8 +173,8 @@ def test_resnet20_zero_pad_shortcut_keeps_input_in_the_first_channels():
 @pytest.mark.parametrize('call, message', [
     (lambda: models_zoo.create_model('vgg', (32, 32, 3), 10),
      r"^model must be one of alexnet_bn, fedadc_cnn, fedbn_cnn, "
-     r"fedcurv_cnn, mtt_convnet, resnet18_gn, resnet20, resnet20_gn, got "
-     r"'vgg'\.$"),
+     r"fedcurv_cnn, mnist_2nn, mtt_convnet, resnet18_gn, resnet20, "
+     r"resnet20_gn, small_cnn, got 'vgg'\.$"),
     (lambda: models_zoo.create_alexnet_bn((62, 62, 3)),
      r'^input_shape must be \(height, width, channels\) with height and '
      r'width >= 63 for alexnet_bn, got \(62, 62, 3\)\.$'),
