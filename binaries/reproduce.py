@@ -312,6 +312,12 @@ def measure_value(rows: Sequence[dict[str, Any]],
       return None
     value = (min(values) if analysis.lower_is_better(metric) else
              max(values))
+  elif measure.kind == 'at_round':
+    values = [r[metric] for r in rows
+              if r['round'] <= measure.arg and r.get(metric) is not None]
+    if not values:
+      return None
+    value = values[-1]
   elif measure.kind == 'final':
     value = analysis.final_value(rows, metric)
   elif measure.kind == 'last_mean':
@@ -489,6 +495,7 @@ _KIND_TEXT = {
     'last_mean': 'mean accuracy (%) over the last rounds (window as labelled;'
                  ' at --scale=small the window is the stand-in\'s)',
     'mean': 'mean validation accuracy (%) over every round',
+    'at_round': '@N: accuracy (%) at round N (last evaluation up to N)',
 }
 
 

@@ -180,7 +180,7 @@ _REGISTRY.update({
         tfds_images.describe_tfds_image_task, name,
         tfds_images.default_options(name), rounds=200, clients_per_round=10,
         round_data=tfds_images.create_round_data)
-    for name in ('mnist', 'fashion_mnist', 'svhn')
+    for name in ('mnist', 'mnist5k', 'fashion_mnist', 'svhn')
 })
 _REGISTRY.update({
     name: _heterogeneity_entry(

@@ -8,10 +8,14 @@ fit its images):
 | task            | TFDS name       | images  | default model | paper        |
 |-----------------|-----------------|---------|---------------|--------------|
 | `mnist`         | `mnist`         | 28x28x1 | `fedcurv_cnn` | FedCurv      |
+| `mnist5k`       | (`mnist_5k.csv.gz`) | 28x28x1 | `small_cnn` | claims     |
 | `fashion_mnist` | `fashion_mnist` | 28x28x1 | `fedcurv_cnn` | FedPTR       |
 | `svhn`          | `svhn_cropped`  | 32x32x3 | `fedbn_cnn`   | FedBN Digits |
 | (`cifar10`)     | `cifar10`       | 32x32x3 | `resnet20`    | FedFOR       |
 | (`cifar100`)    | `cifar100`      | 32x32x3 | `resnet18_gn` | FedADC       |
+
+`mnist5k` is not read from TFDS: its 5,000 real MNIST images come from
+`<data_dir>/mnist_5k.csv.gz` (`tasks/mnist5k.py`: 4,000 train, 1,000 test).
 
 The `cifar10` / `cifar100` rows are for the paper reproducer
 (`create_tfds_image_task('cifar10', ...)`); the registered `cifar10` task is
@@ -75,6 +79,7 @@ import tensorflow_federated as tff
 from tasks import data_errors
 from tasks import digits
 from tasks import heterogeneity
+from tasks import mnist5k
 from tasks import models_zoo
 
 DEFAULT_EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
@@ -101,6 +106,8 @@ class ImageDataset:
 DATASETS: dict[str, ImageDataset] = {
     'mnist': ImageDataset('mnist', (28, 28, 1), 10, (0.1307,), (0.3081,),
                           False, 'fedcurv_cnn', _SMALL_MODELS),
+    'mnist5k': ImageDataset('mnist5k', (28, 28, 1), 10, (0.1307,), (0.3081,),
+                            False, 'small_cnn', _SMALL_MODELS),
     'fashion_mnist': ImageDataset('fashion_mnist', (28, 28, 1), 10,
                                   (0.2860,), (0.3530,), False, 'fedcurv_cnn',
                                   _SMALL_MODELS),
@@ -382,6 +389,8 @@ def split_arrays(name: str, *, data_dir: str | None, use_synthetic_data: bool,
   if use_synthetic_data:
     (train_x, train_y), (test_x, test_y) = synthetic_arrays(
         dataset.image_shape, dataset.num_classes, seed)
+  elif name == 'mnist5k':
+    (train_x, train_y), (test_x, test_y) = mnist5k.load_arrays(data_dir)
   else:
     (train_x, train_y), (test_x, test_y) = load_tfds_arrays(
         dataset.tfds_name, data_dir, task=name)

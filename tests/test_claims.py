@@ -1,0 +1,229 @@
+"""The claims runner: verdicts computed by hand, reports on fabricated runs.
+
+Nothing here trains: the launcher writes the `metrics.csv` a run would write
+(accuracy curves chosen here as functions of the run's flags), so every
+number and verdict in the reports can be checked against values worked out
+in the test. The claims' real points are checked against `binaries.train`'s
+flags and the tasks' options without reading data.
+"""
+
+import csv
+import os
+
+import pytest
+
+from binaries import claims
+from binaries import paper_tables
+from binaries import reproduce
+
+Measure = paper_tables.Measure
+
+
+def _flag(argv, name):
+  values = [a.split('=', 1)[1] for a in argv if a.startswith(f'--{name}=')]
+  return values[-1] if values else None
+
+
+# Final accuracy of a fabricated run, by algorithm and seed: FedADC beats
+# FedAvg on every seed; SlowMo beats FedADC on seed 1 only.
+_FINAL = {
+    'fedopt': (0.60, 0.62, 0.61),
+    'slowmo': (0.65, 0.80, 0.66),
+    'fedadc': (0.70, 0.75, 0.72),
+}
+
+
+def _accuracy(argv, r, rounds):
+  seed = int(_flag(argv, 'seed'))
+  return _FINAL[_flag(argv, 'algorithm')][seed] * r / rounds
+
+
+def fabricate(argv, log_path):
+  output_dir = _flag(argv, 'output_dir')
+  rounds = int(_flag(argv, 'rounds'))
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, 'metrics.csv'), 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round', 'train_loss', 'eval_accuracy'])
+    for r in range(1, rounds + 1):
+      writer.writerow([r, 1.0 / r, _accuracy(argv, r, rounds)])
+  with open(log_path, 'a') as f:
+    f.write('fabricated\n')
+  return 0
+
+
+def _main(args, launcher=fabricate):
+  try:
+    claims.main(['claims', *args], launcher=launcher, load_data=False)
+  except SystemExit as e:
+    return e.code
+  return 0
+
+
+# --- Verdicts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('diffs, verdict', [
+    ([0.1, 0.2, 0.01], 'reproduced'),
+    ([-0.1, 0.0, -0.3], 'not reproduced'),
+    ([0.0, 0.0], 'not reproduced'),
+    ([0.1, -0.1, 0.2], 'inconclusive'),
+    ([0.5], 'pending'),
+    ([], 'pending'),
+])
+def test_paired_verdict(diffs, verdict):
+  assert claims.paired_verdict(diffs) == verdict
+
+
+def _claim(measures, rounds=10, settings=('S',)):
+  return claims.Claim(
+      name='fedadc', statement='s', setting_text='t', methods=(),
+      settings=tuple(paper_tables.Setting(label, (), rounds, measures)
+                     for label in settings),
+      flags=(), checks=())
+
+
+def test_better_pairs_seeds_and_reports_the_mean_difference():
+  claim = _claim((Measure('acc', 'final'),))
+  values = {('A', 'S', 'acc'): {0: 70.0, 1: 72.0, 2: 71.0},
+            ('B', 'S', 'acc'): {0: 60.0, 1: 71.0, 2: 70.0}}
+  verdict, numbers = claims.Better('A', 'B', 'S', 'acc').evaluate(
+      claim, values)
+  # Differences 10, 1, 1: mean 4, sample std sqrt(((6)^2+(3)^2+(3)^2)/2).
+  assert verdict == 'reproduced'
+  assert numbers == 'difference in the claimed direction +4.00 ± 5.20 over 3 seed(s)'
+  verdict, _ = claims.Better('B', 'A', 'S', 'acc').evaluate(claim, values)
+  assert verdict == 'not reproduced'
+
+
+def test_rounds_to_not_reached_counts_as_more_rounds_than_the_run():
+  claim = _claim((Measure('90%', 'rounds_to', 0.9, scale=1.0),), rounds=40)
+  # A reaches 90% at rounds 12 and 30; B never (41) and at 35.
+  values = {('A', 'S', '90%'): {0: 12.0, 1: 30.0},
+            ('B', 'S', '90%'): {0: None, 1: 35.0}}
+  verdict, numbers = claims.Better('A', 'B', 'S', '90%').evaluate(
+      claim, values)
+  assert verdict == 'reproduced'  # Fewer rounds is better: 41-12, 35-30.
+  assert numbers.startswith('difference in the claimed direction +17.00')
+  # Neither reaches it: a tie, which is not the claimed improvement.
+  values = {('A', 'S', '90%'): {0: None, 1: None},
+            ('B', 'S', '90%'): {0: None, 1: None}}
+  assert claims.Better('A', 'B', 'S', '90%').evaluate(
+      claim, values)[0] == 'not reproduced'
+
+
+def test_gain_larger_compares_the_gains_seed_by_seed():
+  claim = _claim((Measure('final', 'final'),), settings=('E=8', 'E=1'))
+  values = {('F', 'E=8', 'final'): {0: 80.0, 1: 75.0},
+            ('A', 'E=8', 'final'): {0: 70.0, 1: 70.0},
+            ('F', 'E=1', 'final'): {0: 81.0, 1: 80.0},
+            ('A', 'E=1', 'final'): {0: 80.0, 1: 78.0}}
+  check = claims.GainLarger('F', 'A', 'E=8', 'E=1', 'final')
+  verdict, numbers = check.evaluate(claim, values)
+  # Gains at E=8: 10, 5; at E=1: 1, 2 -> 9 and 3 > 0 on both seeds.
+  assert verdict == 'reproduced'
+  assert numbers == 'gain at E=8 +7.50 ± 3.54, at E=1 +1.50 ± 0.71'
+
+
+def test_within_reads_the_spread_of_the_means():
+  claim = _claim((Measure('acc', 'final'),))
+  values = {('A', 'S', 'acc'): {0: 57.0, 1: 58.0},
+            ('B', 'S', 'acc'): {0: 56.0, 1: 56.6},
+            ('C', 'S', 'acc'): {0: 57.2}}
+  check = claims.Within(('A', 'B'), 'S', 'acc', 1.0)
+  assert check.evaluate(claim, values) == (
+      'not reproduced', 'spread of the means 1.20 (A 57.50, B 56.30)')
+  assert claims.Within(('A', 'B'), 'S', 'acc', 1.5).evaluate(
+      claim, values)[0] == 'reproduced'
+  assert claims.Within(('A', 'C'), 'S', 'acc', 1.0).evaluate(
+      claim, values) == ('pending', 'C: 1 seed(s) finished')
+
+
+def test_fastest_against_the_fastest_other_method():
+  claim = _claim((Measure('40%', 'rounds_to', 0.4, scale=1.0),), rounds=100)
+  values = {('A', 'S', '40%'): {0: 20.0, 1: 25.0},
+            ('B', 'S', '40%'): {0: 30.0, 1: 24.0},
+            ('C', 'S', '40%'): {0: None, 1: 50.0}}
+  verdict, numbers = claims.Fastest('A', ('B', 'C'), 'S', '40%').evaluate(
+      claim, values)
+  assert verdict == 'inconclusive'  # 30-20 = 10, then 24-25 = -1.
+  assert numbers == 'rounds saved against the fastest other +4.50 ± 7.78'
+
+
+def test_at_round_reads_the_last_evaluation_up_to_the_round():
+  rows = [{'round': r, 'eval_accuracy': (r / 100 if r % 25 == 0 else None)}
+          for r in range(1, 101)]
+  m = Measure('acc@60', 'at_round', 60)
+  assert reproduce.measure_value(rows, m, 100) == pytest.approx(50.0)
+  assert reproduce.measure_value(
+      rows, Measure('acc@10', 'at_round', 10), 100) is None
+
+
+# --- The runner ------------------------------------------------------------------
+
+
+def test_points_run_seed_by_seed_across_claims(tmp_path):
+  by_claim = {name: claims.points_of(claims.CLAIMS[name], seeds=2,
+                                     out_dir=str(tmp_path), data_dir='d')
+              for name in ('fedadc', 'fedfor')}
+  ordered = claims.seed_major(by_claim)
+  seeds = [p.seed for _, p in ordered]
+  assert seeds == sorted(seeds)
+  first = [(name, p.method.label) for name, p in ordered if p.seed == 0]
+  assert first[:3] == [('fedadc', 'FedAvg'), ('fedadc', 'SlowMo'),
+                       ('fedadc', 'FedADC')]
+  assert ('fedfor', 'FedFOR') in first
+
+
+def test_reports_on_fabricated_runs(tmp_path, capsys):
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=3',
+                '--parallel=2']) == 0
+  table = open(os.path.join(out, 'fedadc', 'table.md')).read()
+  # 'final' is the accuracy at the last round, in %: FedADC 70, 75, 72.
+  assert '| FedADC | 72.33 ± 2.52 |' in table
+  # FedADC beats FedAvg on every seed; SlowMo wins on seed 1: inconclusive.
+  assert '**Verdict: inconclusive.**' in table
+  assert ('- FedADC better than FedAvg (s=2 C=0.2, last 10): **reproduced**'
+          in table)
+  assert ('- FedADC better than SlowMo (s=2 C=0.2, last 10): '
+          '**inconclusive**' in table)
+  summary = open(os.path.join(out, 'claims.md')).read()
+  assert '**inconclusive**' in summary and '9/9 runs finished' in summary
+  assert os.path.exists(os.path.join(out, 'fedadc', 'curves.png'))
+  with open(os.path.join(out, 'claims.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert [r['check_verdict'] for r in rows] == ['reproduced', 'inconclusive']
+  # The same command again launches nothing.
+  def never(argv, log_path):
+    raise AssertionError(f'nothing should run, got {argv}')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=3'],
+               launcher=never) == 0
+
+
+def test_one_seed_is_pending(tmp_path):
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=1']) == 0
+  assert '**Verdict: pending.**' in open(
+      os.path.join(out, 'fedadc', 'table.md')).read()
+
+
+def test_unknown_claim_is_one_line(capsys):
+  assert _main(['--claims=fedadc,moon']) == 2
+  assert capsys.readouterr().err.strip().splitlines() == [
+      'claims: error: --claims: no claim moon (claims: fedadc, fedptr, '
+      'fedfor, fedopt, fedcurv).']
+
+
+@pytest.mark.parametrize('name', sorted(claims.CLAIMS))
+def test_every_claim_runs_binaries_train_flags(name, tmp_path):
+  claim = claims.CLAIMS[name]
+  points = claims.points_of(claim, seeds=1, out_dir=str(tmp_path),
+                            data_dir=str(tmp_path))
+  reproduce.check_points(points, where=f'claim {name}', load_data=False)
+  labels = {m.label for m in claim.methods}
+  for check in claim.checks:  # Every check reads methods of the grid.
+    named = {getattr(check, a) for a in ('method', 'other')
+             if hasattr(check, a)} | set(getattr(check, 'methods', ()))
+    named |= set(getattr(check, 'others', ()))
+    assert named <= labels
