@@ -92,8 +92,11 @@ _CIFAR_MODELS = ('resnet20', 'resnet20_gn', 'resnet18_gn', 'fedadc_cnn',
 
 @dataclasses.dataclass(frozen=True)
 class ImageDataset:
-  """A TFDS image-classification data set and how the tasks use it."""
-  tfds_name: str
+  """An image-classification data set and how the tasks use it.
+
+  `tfds_name` is None for a set not read from TFDS (`mnist5k`).
+  """
+  tfds_name: str | None
   image_shape: tuple[int, int, int]
   num_classes: int
   mean: tuple[float, ...]  # Per channel, of images scaled to [0, 1].
@@ -106,7 +109,7 @@ class ImageDataset:
 DATASETS: dict[str, ImageDataset] = {
     'mnist': ImageDataset('mnist', (28, 28, 1), 10, (0.1307,), (0.3081,),
                           False, 'fedcurv_cnn', _SMALL_MODELS),
-    'mnist5k': ImageDataset('mnist5k', (28, 28, 1), 10, (0.1307,), (0.3081,),
+    'mnist5k': ImageDataset(None, (28, 28, 1), 10, (0.1307,), (0.3081,),
                             False, 'small_cnn', _SMALL_MODELS),
     'fashion_mnist': ImageDataset('fashion_mnist', (28, 28, 1), 10,
                                   (0.2860,), (0.3530,), False, 'fedcurv_cnn',
@@ -389,7 +392,7 @@ def split_arrays(name: str, *, data_dir: str | None, use_synthetic_data: bool,
   if use_synthetic_data:
     (train_x, train_y), (test_x, test_y) = synthetic_arrays(
         dataset.image_shape, dataset.num_classes, seed)
-  elif name == 'mnist5k':
+  elif dataset.tfds_name is None:  # mnist5k, the one non-TFDS set.
     (train_x, train_y), (test_x, test_y) = mnist5k.load_arrays(data_dir)
   else:
     (train_x, train_y), (test_x, test_y) = load_tfds_arrays(
