@@ -14,8 +14,8 @@ machine in hours), its grid (methods x settings, every point one
 `binaries.train` run, resumable) and its checks. Points run seed by seed
 (seed 0 of every claim first), so an interrupted run has a first answer for
 every paper; running the same command again skips finished points and
-resumes the others from their checkpoints. After every batch of `--parallel`
-points the reports are rewritten:
+resumes the others from their checkpoints. Runs are one queue, `--parallel`
+at a time; as each run ends the reports are rewritten:
 
     <out_dir>/claims.md        every claim, its numbers and its verdict
     <out_dir>/claims.csv       the same, one row per check
@@ -47,6 +47,7 @@ import math
 import os
 import statistics
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -761,19 +762,25 @@ def main(argv: Sequence[str],
               if sweep.is_finished(p.output_dir, p.rounds) else '')
       print('python -m binaries.train ' + ' '.join(p.argv) + done)
     return
-  failed = []
   logs_dir = os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)
-  for start in range(0, len(ordered), FLAGS.parallel):
-    jobs = [sweep.Job(name=f'{name}__{p.name}', argv=p.argv,
-                      output_dir=p.output_dir, rounds=p.rounds)
-            for name, p in ordered[start:start + FLAGS.parallel]]
-    outcome = sweep.run_jobs(jobs, logs_dir=logs_dir,
-                             parallel=FLAGS.parallel, launcher=launcher,
-                             log=lambda line: print(line, flush=True))
-    failed += [job for job, status in outcome.items() if status == 'failed']
-    if any(status != 'skipped' for status in outcome.values()):
+  jobs = [sweep.Job(name=f'{name}__{p.name}', argv=p.argv,
+                    output_dir=p.output_dir, rounds=p.rounds)
+          for name, p in ordered]
+  report_lock = threading.Lock()
+
+  def launch_and_report(argv_: list[str], log_path: str) -> int:
+    # One queue of runs, `--parallel` at a time (a long run does not hold
+    # back the next batch); the reports are rewritten as each run ends.
+    status = launcher(argv_, log_path)
+    with report_lock:
       write_reports(claims, points_by_claim, out_dir=FLAGS.out_dir,
                     seeds=FLAGS.seeds, command=command)
+    return status
+
+  outcome = sweep.run_jobs(jobs, logs_dir=logs_dir, parallel=FLAGS.parallel,
+                           launcher=launch_and_report,
+                           log=lambda line: print(line, flush=True))
+  failed = [job for job, status in outcome.items() if status == 'failed']
   print(write_reports(claims, points_by_claim, out_dir=FLAGS.out_dir,
                       seeds=FLAGS.seeds, command=command), flush=True)
   if failed:
