@@ -362,6 +362,13 @@ def _fedopt_claim() -> Claim:
 
 
 # --- FedFOR: gains grow with local epochs, largest at E = 8 -----------------
+# FedFOR with relu's U'(0) = 0 (label FedFOR) and with the paper's x-branch
+# derivative at 0 (issue 15.5: which of the two reproduces the claim).
+_FEDFOR = ('--algorithm=fedfor', '--alpha=5', '--server_opt=sgd',
+           '--server_lr=1.0', *_UNIFORM)
+_FEDFOR_ONE = "FedFOR U'(0)=1"
+
+
 def _fedfor_claim() -> Claim:
   rounds = {1: 100, 8: 50}
   settings = tuple(
@@ -381,16 +388,18 @@ def _fedfor_claim() -> Claim:
           '(alpha 0.1), 10 per round, small_cnn, batch 32, client SGD at the '
           'paper\'s constant lr 0.01, FedFOR\'s alpha 5; E = 1 (100 rounds) and '
           'E = 8 (50 rounds: fewer rounds for more epochs, as the paper); the '
-          'paper\'s measure, best accuracy up to halfway and to the end'),
+          'paper\'s measure, best accuracy up to halfway and to the end; '
+          'FedFOR with U\'(0) = 0 (relu) and = 1 (the paper\'s x-branch)'),
       methods=(Method('FedAvg', _FEDAVG),
-               Method('FedFOR', ('--algorithm=fedfor', '--alpha=5',
-                                 '--server_opt=sgd', '--server_lr=1.0',
-                                 *_UNIFORM))),
+               Method('FedFOR', (*_FEDFOR, '--fedfor_grad_at_zero=0')),
+               Method(_FEDFOR_ONE, (*_FEDFOR, '--fedfor_grad_at_zero=1'))),
       settings=settings,
       flags=('--client_opt=sgd', '--client_lr=0.01', '--client_batch_size=32',
              '--clients_per_round=10', '--eval_every=1'),
       checks=(Better('FedFOR', 'FedAvg', 'E=8', 'final'),
-              GainLarger('FedFOR', 'FedAvg', 'E=8', 'E=1', 'final')),
+              GainLarger('FedFOR', 'FedAvg', 'E=8', 'E=1', 'final'),
+              Better(_FEDFOR_ONE, 'FedAvg', 'E=8', 'final'),
+              GainLarger(_FEDFOR_ONE, 'FedAvg', 'E=8', 'E=1', 'final')),
       paper_numbers=('Table 2 (imbalanced CIFAR-10): relative gain over '
                      'FedAvg ~15% halfway and ~16% at the end at E = 8'))
 
@@ -416,10 +425,11 @@ def _fedcurv_claim() -> Claim:
           f'MNIST-5k, 24 devices of two one-label blocks (partition=fedcurv), '
           f'all every round, E = 5, batch 256 (the paper\'s), client SGD lr '
           f'0.05 (the paper: 0.01 on 15x more data per device), small_cnn, '
-          f'{rounds} rounds; FedCurv lambda 1.0 as the paper, Eq. 3'),
+          f'{rounds} rounds; FedCurv lambda 1.0 as the paper, Eq. 3 (each '
+          f'client subtracts its own last Fisher terms, --fedcurv_exact=on)'),
       methods=(Method('FedCurv', ('--algorithm=fedcurv', '--lam=1.0',
-                                  '--server_opt=sgd', '--server_lr=1.0',
-                                  *_UNIFORM)),
+                                  '--fedcurv_exact=on', '--server_opt=sgd',
+                                  '--server_lr=1.0', *_UNIFORM)),
                Method('FedProx', ('--algorithm=fedprox', '--mu=0.00025',
                                   '--server_opt=sgd', '--server_lr=1.0',
                                   *_BY_EXAMPLES)),

@@ -136,8 +136,19 @@ flags.DEFINE_float('mu', None, 'FedProx proximal strength mu (local '
                    lower_bound=0.0)
 flags.DEFINE_float('alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the '
                    'paper uses 5).', lower_bound=0.0)
+flags.DEFINE_enum('fedfor_grad_at_zero', '0', ['0', '1'], 'FedFOR: derivative '
+                  'of U(x) = max(x, 0) at 0, where every coordinate starts '
+                  'local training: 0 = relu\'s (no push on the first step), '
+                  '1 = the paper\'s x-branch (first step moves by -alpha '
+                  '(w_{t-1} - w_t)).')
 flags.DEFINE_float('lam', None, 'FedCurv penalty strength lambda; needed by '
                    'fedcurv.', lower_bound=0.0)
+flags.DEFINE_enum('fedcurv_exact', 'auto', ['auto', 'on', 'off'], 'FedCurv: '
+                  'on = the paper\'s Eq. 3 (each client subtracts its own '
+                  'last Fisher terms from u, v; client state), off = the '
+                  'stateless variant (u, v include them), auto = on where the '
+                  'client state (2 model-sized vectors per client) fits in '
+                  '2 GiB.')
 
 # --- FedDyn (--algorithm=feddyn) and FedBN (--fedbn) -------------------------
 flags.DEFINE_float('feddyn_alpha', 0.01, 'FedDyn regularization strength '

@@ -162,3 +162,43 @@ def test_rejects_negative_lam():
     algorithms.build_fed_curv(
         tiny.model_fn, lam=-0.5, client_optimizer_fn=_sgd(0.1),
         server_optimizer_fn=_sgd(1.0))
+
+
+# --- --fedcurv_exact: Eq. 3 wherever the client state fits ------------------
+TINY_PARAMS = tiny.NUM_FEATURES * tiny.NUM_CLASSES + tiny.NUM_CLASSES
+
+
+def test_exact_state_bytes_is_two_float32_vectors_per_client():
+  assert fed_curv.exact_state_bytes(tiny.model_fn, 96) == (
+      2 * 4 * TINY_PARAMS * 96)
+
+
+@pytest.mark.parametrize('exact,num_clients,want', [
+    ('on', None, True), ('off', 10, False), ('auto', 96, True),
+    # 2 GiB / (8 bytes x TINY_PARAMS) clients fit; one more does not.
+    ('auto', fed_curv.EXACT_STATE_BYTES // (8 * TINY_PARAMS), True),
+    ('auto', fed_curv.EXACT_STATE_BYTES // (8 * TINY_PARAMS) + 1, False),
+])
+def test_resolve_exact(exact, num_clients, want):
+  assert fed_curv.resolve_exact(exact, tiny.model_fn, num_clients) is want
+
+
+def test_resolve_exact_rejects_unknown_choice():
+  with pytest.raises(ValueError, match=r"^fedcurv_exact must be one of auto, "
+                     r"on, off, got 'yes'\.$"):
+    fed_curv.resolve_exact('yes', tiny.model_fn, 10)
+
+
+def test_registry_runs_eq3_by_default():
+  """`--algorithm=fedcurv` (auto) builds the stateful Eq. 3 process."""
+  from tff_opt import client_states  # pylint: disable=g-import-not-at-top
+  from tff_opt import registry  # pylint: disable=g-import-not-at-top
+  common = dict(client_optimizer_fn=_sgd(CLIENT_LR),
+                server_optimizer_fn=_sgd(1.0),
+                client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+                client_lr_schedule=None, num_clients=3, lam=LAM)
+  exact = registry.build_process('fedcurv', tiny.model_fn, **common)
+  assert isinstance(exact, client_states.ClientStatefulProcess)
+  stateless = registry.build_process('fedcurv', tiny.model_fn,
+                                     fedcurv_exact='off', **common)
+  assert not isinstance(stateless, client_states.ClientStatefulProcess)

@@ -31,8 +31,12 @@ def fed_for():
   return _build(ALPHA)
 
 
-def numpy_fed_for(clients, alpha, rounds=ROUNDS):
-  """FedFOR in NumPy: gradient (alpha/eta) d_i where d_i (w_i - w_t,i) > 0."""
+def numpy_fed_for(clients, alpha, rounds=ROUNDS, grad_at_zero=0):
+  """FedFOR in NumPy: gradient (alpha/eta) d_i where d_i (w_i - w_t,i) > 0.
+
+  With `grad_at_zero=1` the gradient also holds where d_i (w_i - w_t,i) = 0
+  (U'(0) = 1: every coordinate at the first local step).
+  """
   w = [t.astype(np.float64) for t in tiny.initial_weights()]
   previous = None
   for _ in range(rounds):
@@ -42,7 +46,9 @@ def numpy_fed_for(clients, alpha, rounds=ROUNDS):
       d = [p - c for p, c in zip(previous, w)]
 
       def extra(v, d=d, w=w):
-        return [alpha / CLIENT_LR * di * (di * (vi - wi) > 0)
+        return [alpha / CLIENT_LR * di *
+                ((di * (vi - wi) >= 0) if grad_at_zero else
+                 (di * (vi - wi) > 0))
                 for vi, wi, di in zip(v, w, d)]
 
     finals = [tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS, extra_grad=extra)
@@ -111,3 +117,26 @@ def test_rejects_negative_alpha():
   with pytest.raises(ValueError, match=r'^alpha must be a non-negative '
                      r'number, got -1\.0\.$'):
     _build(-1.0)
+
+
+def test_grad_at_zero_one_matches_numpy_and_differs_from_relu():
+  """U'(0) = 1: the first local step of round 2 already moves by -alpha d."""
+  process = algorithms.build_fed_for(
+      tiny.model_fn, alpha=ALPHA, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0), grad_at_zero=1)
+  clients = tiny.make_clients()
+  state, _ = tiny.run_rounds(process, clients, rounds=ROUNDS,
+                             local_steps=LOCAL_STEPS)
+  expected = numpy_fed_for(clients, ALPHA, grad_at_zero=1)
+  for got, want in zip(tiny.trainable(process, state), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  relu = numpy_fed_for(clients, ALPHA)
+  assert np.abs(expected[0] - relu[0]).max() > 1e-4
+
+
+def test_grad_at_zero_must_be_zero_or_one():
+  with pytest.raises(ValueError,
+                     match=r'^grad_at_zero must be 0 or 1, got 2\.$'):
+    algorithms.build_fed_for(
+        tiny.model_fn, alpha=ALPHA, client_optimizer_fn=_sgd(CLIENT_LR),
+        server_optimizer_fn=_sgd(1.0), grad_at_zero=2)

@@ -37,10 +37,16 @@ Broadcast entries read here (names are module constants):
 (the client's own state, added by `client_states`; FedDyn's g_k is its
 `local_gradient`).
 
-Choice: FedFOR's relu has TensorFlow's gradient, 0 at 0; at the start of
-local training w = w_t, so the first local step carries no FedFOR gradient
-(the paper's U(x) is x for x >= 0, whose right derivative at 0 would be 1;
-the issue fixes the gradient as (alpha/eta) d_i where d_i (w_i - w_t,i) > 0).
+Choice: FedFOR's U (the paper: U(x) = x for x >= 0, else 0) needs a
+derivative at 0, and every coordinate sits at 0 at the start of local
+training (w = w_t). `grad_at_zero=0` (the default here) takes relu's, 0, so
+the first local step carries no FedFOR gradient and later steps push back
+only the coordinates that moved toward w_{t-1} (d_i (w_i - w_t,i) > 0);
+`grad_at_zero=1` takes the derivative of the paper's x-branch, which holds
+at 0 (x >= 0), so the first step moves every coordinate by -alpha d_i (with
+SGD at the same eta: the penalty's gradient is (alpha/eta) d_i), an
+extrapolation of the last global step by alpha. The binary's
+`--fedfor_grad_at_zero` chooses; `results/claims/fedfor` measures both.
 """
 
 import functools
@@ -107,19 +113,29 @@ def first_order_positive_constants(broadcast, *, learning_rate, alpha):
   return list(current), direction, scale
 
 
-def first_order_positive_step(weights, constants) -> tf.Tensor:
-  """FedFOR's Eq. 7 from its constants: scale * sum_i relu(d_i (w_i - w_t,i)).
+def positive_part(x: tf.Tensor, grad_at_zero: int = 0) -> tf.Tensor:
+  """FedFOR's U(x) = max(x, 0), with derivative `grad_at_zero` at x = 0."""
+  if grad_at_zero == 0:
+    return tf.nn.relu(x)  # Gradient 1 where x > 0, else 0.
+  return tf.where(x >= 0.0, x, tf.zeros_like(x))  # Gradient 1 where x >= 0.
+
+
+def first_order_positive_step(weights, constants, *,
+                              grad_at_zero: int = 0) -> tf.Tensor:
+  """FedFOR's Eq. 7 from its constants: scale * sum_i U(d_i (w_i - w_t,i)).
 
   Args:
     weights: The trainable variables, in model order.
     constants: `first_order_positive_constants(...)`.
+    grad_at_zero: U'(0), 0 or 1 (see the module docstring).
 
   Returns:
     A scalar tensor.
   """
   anchor, direction, scale = constants
   return scale * _sum([
-      tf.nn.relu(d * (w - c)) for w, c, d in zip(weights, anchor, direction)
+      positive_part(d * (w - c), grad_at_zero)
+      for w, c, d in zip(weights, anchor, direction)
   ])
 
 
@@ -145,19 +161,28 @@ def first_order_positive(weights, broadcast, *, learning_rate,
       broadcast, learning_rate=learning_rate, alpha=alpha))
 
 
-def first_order_positive_hook(alpha: float) -> client_work.PrecomputedHook:
+def first_order_positive_hook(alpha: float, grad_at_zero: int = 0
+                              ) -> client_work.PrecomputedHook:
   """`first_order_positive` with d and alpha/eta computed once per client.
 
   Args:
     alpha: The penalty strength, >= 0.
+    grad_at_zero: U'(0), 0 or 1 (see the module docstring).
 
   Returns:
     A `client_work.PrecomputedHook`; called with the plain penalty signature
-    it is `first_order_positive(..., alpha=alpha)`.
+    it is `first_order_positive(..., alpha=alpha)` (with U'(0) as given).
+
+  Raises:
+    ValueError: If `grad_at_zero` is not 0 or 1.
   """
+  if grad_at_zero not in (0, 1):
+    raise ValueError(
+        f'grad_at_zero must be 0 or 1, got {grad_at_zero!r}.')
   return client_work.PrecomputedHook(
       functools.partial(first_order_positive_constants, alpha=alpha),
-      first_order_positive_step)
+      functools.partial(first_order_positive_step,
+                        grad_at_zero=grad_at_zero))
 
 
 def elastic_constants(broadcast, *, learning_rate, lam):

@@ -16,6 +16,7 @@ import tensorflow_federated as tff
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_adc
 from tff_opt.algorithms import fed_bn
+from tff_opt.algorithms import fed_curv
 from tff_opt.algorithms import fed_dyn
 from tff_opt.algorithms import slowmo
 
@@ -41,6 +42,14 @@ class Algorithm:
   hparams: tuple[str, ...] = ()
   optional_hparams: tuple[str, ...] = ()
   needs_num_clients: bool = False
+
+
+def _build_fed_for_from_flags(model_fn, *, alpha, fedfor_grad_at_zero=None,
+                              **kwargs):
+  """`build_fed_for` under the binary's flags ('0'/'1' for U'(0))."""
+  grad_at_zero = 0 if fedfor_grad_at_zero is None else int(fedfor_grad_at_zero)
+  return algorithms.build_fed_for(model_fn, alpha=alpha,
+                                  grad_at_zero=grad_at_zero, **kwargs)
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -84,17 +93,22 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm(
             name='fedfor',
             summary=('FedFOR (Eq. 7): two-model broadcast, local penalty '
-                     '(alpha/eta) sum relu((w_{t-1} - w_t)(w - w_t)) '
-                     '(--alpha), server optimizer from --server_opt'),
-            build=algorithms.build_fed_for,
-            hparams=('alpha',)),
+                     '(alpha/eta) sum U((w_{t-1} - w_t)(w - w_t)) '
+                     '(--alpha; U\'(0) from --fedfor_grad_at_zero), server '
+                     'optimizer from --server_opt'),
+            build=_build_fed_for_from_flags,
+            hparams=('alpha',),
+            optional_hparams=('fedfor_grad_at_zero',)),
         Algorithm(
             name='fedcurv',
             summary=('FedCurv: Fisher sums u, v broadcast, local penalty '
-                     'lam (w^T diag(u) w - 2 w^T v) (--lam), server optimizer '
-                     'from --server_opt'),
-            build=algorithms.build_fed_curv,
-            hparams=('lam',)),
+                     'lam (w^T diag(u) w - 2 w^T v) (--lam), Eq. 3 (the '
+                     'client\'s own term subtracted) per --fedcurv_exact, '
+                     'server optimizer from --server_opt'),
+            build=fed_curv.build_fed_curv_from_flags,
+            hparams=('lam',),
+            optional_hparams=('fedcurv_exact',),
+            needs_num_clients=True),
         Algorithm(
             name='feddyn',
             summary=('FedDyn (Acar et al. Algorithm 1): local objective '

@@ -415,7 +415,13 @@ def build_fed_bn(
 
 def build_fed_bn_from_flags(base: str, model_fn, *,
                             feddyn_alpha: Optional[float] = None, **kwargs):
-  """`build_fed_bn` under the training binary's flag names."""
+  """`build_fed_bn` under the training binary's flag names.
+
+  `num_clients` reaches FedDyn only (FedCurv + FedBN is the stateless
+  variant, which does not need it).
+  """
+  if base != 'feddyn':
+    kwargs.pop('num_clients', None)
   if feddyn_alpha is not None:
     kwargs['alpha'] = feddyn_alpha
   return build_fed_bn(base, model_fn, **kwargs)

@@ -21,14 +21,25 @@ and applied by the server optimizer as in FedAvg.
 
 Choices written down (and tested):
 - First round: u = v = 0 (no penalty; FedAvg's round).
-- Stateless variant (default): u, v include the client's own previous
-  contribution, as the issue's objective states; a client cannot subtract
-  it without remembering it. The paper's Eq. 3 sums over j != s; with
-  `cross_silo=True` each client keeps its last (F_k, F_k * w_k) and the
-  round it sent them, and subtracts them from u, v when u, v are the sums of
-  that very round (the paper's "construct ... by subtraction"). That variant
-  is a `client_states.ClientStatefulProcess`; it also broadcasts two int32
-  round counters.
+- Eq. 3 exactly (`cross_silo=True`; the binary's `--fedcurv_exact`): the
+  paper's penalty sums over j != s, which the paper obtains "by
+  subtraction". Each client keeps its last (F_k, F_k * w_k) and the round it
+  sent them, and subtracts them from u, v when u, v are the sums of that
+  very round (a client that did not take part in that round has nothing in
+  them to subtract, so this is exact under partial participation too). That
+  variant is a `client_states.ClientStatefulProcess`; it also broadcasts two
+  int32 round counters.
+- Stateless variant (`cross_silo=False`, the builder's default): u, v
+  include the client's own previous contribution; a client cannot subtract
+  it without remembering it. It differs from Eq. 3 only for a client that
+  took part in the previous round.
+- The binary's `--fedcurv_exact=auto` (default) runs Eq. 3 wherever the
+  clients' previous statistics can be kept: when the client state, two
+  float32 vectors of the model's size per training client, fits in
+  `EXACT_STATE_BYTES` (2 GiB); e.g. FedCurv's 96 MNIST devices with its
+  1.2M-parameter CNN need 0.9 GiB. Otherwise (cross-device populations such
+  as Stack Overflow's 342,477 clients) it runs the stateless variant and says
+  so. FedBN + FedCurv runs the stateless variant.
 - Fisher: the loss used is the model's batch loss on one example (for the
   classification tasks here, -log p(y|x); a model's regularization losses
   would be included), with the model in inference mode (training=False).
@@ -97,6 +108,8 @@ ROUND_NUM_KEY = 'round_num'
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
 FISHER_BATCH_SIZE = 32  # Examples per batch of the fast Fisher pass.
+EXACT_STATE_BYTES = 2 * 1024**3  # --fedcurv_exact=auto's client-state budget.
+EXACT_CHOICES = ('auto', 'on', 'off')
 
 
 def empirical_fisher_diagonal(model, dataset, *,
@@ -236,6 +249,42 @@ def build_fed_curv(
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule)
+
+
+def exact_state_bytes(model_fn, num_clients: int) -> int:
+  """Bytes of Eq. 3's client state: F_k and F_k * w_k for every client."""
+  model = model_fn()
+  size = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+  return 2 * 4 * size * num_clients
+
+
+def resolve_exact(exact: str, model_fn, num_clients: Optional[int]) -> bool:
+  """`--fedcurv_exact` ('auto', 'on', 'off') -> whether to run Eq. 3.
+
+  Raises:
+    ValueError: If `exact` is not one of `EXACT_CHOICES`, or is 'auto'
+      without `num_clients`.
+  """
+  if exact not in EXACT_CHOICES:
+    raise ValueError(f'fedcurv_exact must be one of {", ".join(EXACT_CHOICES)}'
+                     f', got {exact!r}.')
+  if exact != 'auto':
+    return exact == 'on'
+  if num_clients is None:
+    raise ValueError("fedcurv_exact='auto' needs the number of training "
+                     'clients.')
+  return exact_state_bytes(model_fn, num_clients) <= EXACT_STATE_BYTES
+
+
+def build_fed_curv_from_flags(model_fn, *, lam: float,
+                              fedcurv_exact: Optional[str] = None,
+                              num_clients: Optional[int] = None, **kwargs):
+  """`build_fed_curv` under the binary's flags; `fedcurv_exact` as above."""
+  return build_fed_curv(
+      model_fn, lam=lam,
+      cross_silo=resolve_exact(fedcurv_exact or 'auto', model_fn,
+                               num_clients),
+      **kwargs)
 
 
 def fed_curv_recipe(

@@ -47,6 +47,7 @@ def build_fed_for(
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
+    grad_at_zero: int = 0,
 ) -> tff.learning.templates.LearningProcess:
   """Builds a FedFOR `LearningProcess`.
 
@@ -61,20 +62,23 @@ def build_fed_for(
     client_lr_schedule: Optional round number -> client learning rate.
     model_aggregator: Weighted aggregation factory for the deltas;
       `tff.aggregators.MeanFactory()` by default.
+    grad_at_zero: U'(0) of the penalty, 0 (relu's) or 1 (the paper's
+      x-branch); see `tff_opt.penalties`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`; its metrics include
     `communication/{bytes_server_to_client, bytes_client_to_server}`.
 
   Raises:
-    ValueError: If `alpha` is negative or not a finite number.
+    ValueError: If `alpha` is negative or not a finite number, or
+      `grad_at_zero` is not 0 or 1.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   _common.check_non_negative('alpha', alpha)
   return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=distributors.with_previous_model,
-      penalty=penalties.first_order_positive_hook(alpha),
+      penalty=penalties.first_order_positive_hook(alpha, grad_at_zero),
       client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
