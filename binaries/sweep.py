@@ -629,6 +629,10 @@ def main(argv: Sequence[str],
   plot_heatmap(results, best, os.path.join(sweep_dir, HEATMAP_FILE),
                metric=FLAGS.metric, window=FLAGS.window,
                title=f'{FLAGS.task}, {FLAGS.algorithm}, {FLAGS.server_opt}')
+  if math.isinf(best.score):
+    _fail(f'every finished point diverged (non-finite or rejected rounds in '
+          f'its last {FLAGS.window} rounds); nothing to select. Summary in '
+          f'{os.path.join(sweep_dir, SUMMARY_FILE)}.')
   tau = ('' if best.point.server_tau is None else
          f' server_tau={best.point.server_tau:g}')
   print(f'selected: client_lr={best.point.client_lr:g} '

@@ -101,10 +101,12 @@ flags.DEFINE_enum('client_lr_decay', 'none', ['none', 'staircase'],
 flags.DEFINE_float('client_lr_decay_factor', 0.1, 'Staircase decay factor.')
 flags.DEFINE_integer('client_lr_decay_every', 500,
                      'Rounds between two staircase decays.', lower_bound=1)
-flags.DEFINE_enum('client_weighting', 'num_examples',
+flags.DEFINE_enum('client_weighting', None,
                   ['num_examples', 'uniform'],
                   'How client updates are averaged: by number of examples '
-                  '(Reddi et al. Algorithm 5) or uniformly.')
+                  '(Reddi et al. Algorithm 5) or uniformly. Default: the '
+                  'algorithm\'s paper (uniform for fedadc, fedadc_plus, '
+                  'slowmo, fedfor, fedcurv, feddyn; num_examples otherwise).')
 flags.DEFINE_integer('clients_per_round', None, 'Clients sampled per round. '
                      'Default: the task\'s.', lower_bound=1)
 flags.DEFINE_integer('client_epochs', None, 'Local epochs per round. '
@@ -127,8 +129,9 @@ flags.DEFINE_float('local_momentum', 0.0, 'FedADC double momentum phi '
                    lower_bound=0.0, upper_bound=1.0)
 flags.DEFINE_float('distill_lambda', 0.35, 'FedADC+ distillation weight '
                    'lambda, in [0, 1].', lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_float('distill_temperature', 1.0, 'FedADC+ distillation '
-                   'temperature tau, positive.')
+flags.DEFINE_float('distill_temperature', 4.0, 'FedADC+ distillation '
+                   'temperature tau, positive (CS-KD\'s default 4, which '
+                   'the paper follows).')
 
 # --- FedProx / FedFOR / FedCurv (--algorithm=fedprox|fedfor|fedcurv) ---------
 flags.DEFINE_float('mu', None, 'FedProx proximal strength mu (local '
@@ -289,6 +292,35 @@ def parse_task_options(items: list[str]) -> dict:
   return dict(sorted(options.items()))
 
 
+def _apply_server_rule(hparams: dict) -> None:
+  """The algorithm's own server step (registry `server_rule`) wins.
+
+  FedDyn's step is its paper's SGD (learning rate 1 by default), never the
+  task's default adaptive optimizer; FedADC(+)/SlowMo apply their own rule.
+  An adaptive `--server_opt` given to either is refused.
+
+  Raises:
+    UsageError: If `--server_opt` names an optimizer the algorithm cannot
+      use.
+  """
+  algorithm = registry.ALGORITHMS[FLAGS.algorithm]
+  if algorithm.server_rule == 'optimizer':
+    return
+  given = FLAGS.server_opt
+  if given is not None and given != 'sgd':
+    what = ('its paper\'s server step, SGD (theta = mean theta_k - h/alpha '
+            'at --server_lr, 1 by default)'
+            if algorithm.server_rule == 'sgd' else
+            'its own server momentum rule (--server_opt and --server_lr are '
+            'unused)')
+    raise UsageError(f'--server_opt={given}: --algorithm={FLAGS.algorithm} '
+                     f'applies {what}; drop --server_opt.')
+  if algorithm.server_rule == 'sgd' and given is None:
+    hparams['server_opt'] = 'sgd'
+    hparams['server_lr'] = (FLAGS.server_lr if FLAGS.server_lr is not None
+                            else 1.0)
+
+
 def resolve_hparams() -> dict:
   """Returns every setting of the run: flags, then the task's defaults."""
   defaults = tasks.task_defaults(FLAGS.task)
@@ -314,7 +346,9 @@ def resolve_hparams() -> dict:
       'client_lr_decay': FLAGS.client_lr_decay,
       'client_lr_decay_factor': FLAGS.client_lr_decay_factor,
       'client_lr_decay_every': FLAGS.client_lr_decay_every,
-      'client_weighting': FLAGS.client_weighting,
+      'client_weighting': (
+          FLAGS.client_weighting or
+          registry.ALGORITHMS[FLAGS.algorithm].client_weighting),
       'clients_per_round': pick('clients_per_round'),
       'client_epochs': pick('client_epochs'),
       'client_batch_size': pick('client_batch_size'),
@@ -334,10 +368,14 @@ def resolve_hparams() -> dict:
       'logical_gpus': FLAGS.logical_gpus,
   }
   # Per-optimizer defaults (the paper's Tables 8-9) for the chosen optimizer.
+  _apply_server_rule(hparams)
   paper = tasks.task_paper_settings(FLAGS.task)
+  own_step = registry.ALGORITHMS[FLAGS.algorithm].server_rule != 'optimizer'
   if hparams['server_opt'] in paper:
     for name, value in zip(('client_lr', 'server_lr', 'server_tau'),
                            paper[hparams['server_opt']]):
+      if own_step and name != 'client_lr':
+        continue  # Not the algorithm's server step.
       if FLAGS[name].value is None and value is not None:
         hparams[name] = value
   default_examples, default_full_eval = tasks.task_eval_defaults(FLAGS.task)
@@ -555,8 +593,10 @@ def run(hparams: dict) -> None:
     return task.datasets.train_preprocess_fn(
         train_data.create_tf_dataset_for_client(client_id))
 
+  server = ('its own rule' if registry.ALGORITHMS[
+      hparams['algorithm']].server_rule == 'own' else hparams['server_opt'])
   print(f"tff-opt: task={hparams['task']} algorithm={hparams['algorithm']} "
-        f"server_opt={hparams['server_opt']} rounds={hparams['rounds']} "
+        f"server_opt={server} rounds={hparams['rounds']} "
         f"clients_per_round={hparams['clients_per_round']} "
         f"output_dir={hparams['output_dir']}", flush=True)
   result = training_loop.run_training(

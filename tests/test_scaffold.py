@@ -109,9 +109,13 @@ def test_equals_fed_avg_when_every_client_is_new(scaffold):
 
 
 def test_population_size_scales_the_server_control_variate():
-  process = algorithms.build_scaffold(
-      tiny.model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
-      server_optimizer_fn=_sgd(1.0), num_clients=8)
+  # Built as binaries.train builds it: N is the task's training clients.
+  from tff_opt import registry  # pylint: disable=g-import-not-at-top
+  process = registry.build_process(
+      'scaffold', tiny.model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0),
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      client_lr_schedule=None, num_clients=8)
   clients = tiny.make_clients(num_clients=4, seed=9, sizes=(6, 10, 4, 8))
   schedule = [[0, 1], [1, 2], [0, 3]]
   state, _, _ = _run(process, clients, schedule)

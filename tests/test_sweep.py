@@ -329,3 +329,16 @@ def test_usage_errors(tmp_path, capsys, args, message):
 def test_sweep_dir_is_required(capsys):
   assert _run_main(['--grid=paper'], _never) == 2
   assert capsys.readouterr().err == 'sweep: error: --sweep_dir is required.\n'
+
+
+def test_rejected_round_in_window_scores_infinity_even_with_a_zero_loss():
+  """Older runs logged rejected rounds with train_loss 0.0 (issue 16.1)."""
+  rows = [{'round': r, 'train_loss': 0.5, 'update_non_finite': 0.0}
+          for r in range(1, 151)]
+  assert analysis.selection_score(rows) == pytest.approx(0.5)
+  rows[140] = {'round': 141, 'train_loss': 0.0, 'update_non_finite': 1.0}
+  assert analysis.selection_score(rows) == math.inf
+  # Outside the window (round 41 of 150, window 100) it does not count.
+  rows[140] = {'round': 141, 'train_loss': 0.5, 'update_non_finite': 0.0}
+  rows[40] = {'round': 41, 'train_loss': 0.0, 'update_non_finite': 1.0}
+  assert analysis.selection_score(rows) == pytest.approx(0.5)

@@ -129,3 +129,35 @@ def test_bad_counts_are_rejected(process):
   with pytest.raises(ValueError, match='rounds must be a positive integer, '
                      'got 0'):
     _train(process, None, rounds=0)
+
+
+def test_rejected_round_logs_nan_training_metrics_and_says_so(process,
+                                                               tmp_path):
+  """A diverged round must not read as a perfect 0 loss (issue 16.1)."""
+  poisoned = {'client_0', 'client_1', 'client_2', 'client_3', 'client_4',
+              'client_5'}
+
+  def nan_dataset(client_id):
+    x, y = CLIENTS[client_id]
+    x = np.full_like(x, np.nan) if client_id in poisoned else x
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+
+  lines = []
+  initial = tiny.set_weights(process, process.initialize(),
+                             tiny.initial_weights())
+  result = training_loop.run_training(
+      process, client_ids=sorted(CLIENTS), client_dataset_fn=nan_dataset,
+      clients_per_round=3, rounds=2, seed=7, output_dir=str(tmp_path),
+      initial_state=initial, log=lines.append)
+  rows = _csv_rows(str(tmp_path))
+  assert [float(r['update_non_finite']) for r in rows] == [1.0, 1.0]
+  assert [r['train_loss'] for r in rows] == ['nan', 'nan']
+  assert [r['train_accuracy'] for r in rows] == ['nan', 'nan']
+  assert [r['train_num_examples'] for r in rows] != ['nan', 'nan']
+  assert 'REJECTED' in lines[0] and 'train_loss nan' in lines[0]
+  assert lines[-1].startswith('done: 2 rounds (2 run now, ')
+  assert ('; 2 rounds rejected (non-finite update; model kept, their '
+          'training metrics logged as nan)') in lines[-1]
+  for got, want in zip(tiny.trainable(process, result.state),
+                       tiny.initial_weights()):
+    np.testing.assert_array_equal(got, want)

@@ -152,9 +152,15 @@ def selection_score(rows: Sequence[Mapping[str, Any]], *,
   """The paper's selection score: mean training loss of the last rounds.
 
   Returns:
-    `window_mean` of `metric`, with `+inf` for a run that never logged it
-    or whose window holds a non-finite value.
+    `window_mean` of `metric`, with `+inf` for a run that never logged it,
+    whose window holds a non-finite value, or whose window has a rejected
+    (non-finite, `update_non_finite`) round: a diverged run.
   """
+  if rows:
+    end = last_round(rows)
+    if any(r.get('update_non_finite') for r in rows
+           if int(r['round']) > end - window):
+      return math.inf
   value = window_mean(rows, metric, window=window)
   if value is None or not math.isfinite(value):
     return math.inf

@@ -1,5 +1,13 @@
 """Algorithms by name, as the training binary and sweeps select them.
 
+Client weighting, each paper's (the binary's default; `--client_weighting`
+overrides it): uniform over the round's clients for FedADC and FedADC+
+(Ozfatura et al. Algorithms 3-4: (1/|S|) sum), SlowMo (their Algorithm 2),
+FedFOR (Tian et al. Algorithm 1), FedCurv (Shoham et al.: the plain mean of
+the participants' models) and FedDyn (Acar et al. Algorithm 1: (1/|P|) sum
+theta_k); by number of examples for FedOpt (Reddi et al. Algorithm 5),
+FedProx, SCAFFOLD and FedPTR(-S), which follow FedAvg's weighting.
+
 Every entry builds a `LearningProcess` from the task's `model_fn` and the
 settings every algorithm shares (client and server optimizers, client
 weighting, client learning-rate schedule), plus the hyper-parameters named in
@@ -35,6 +43,15 @@ class Algorithm:
       (their flag's `None` means the algorithm's own default).
     needs_num_clients: `build` takes `num_clients`, the number of training
       clients of the task (FedDyn's m).
+    client_weighting: Its paper's averaging of client updates,
+      'num_examples' or 'uniform': the binary's default when
+      `--client_weighting` is not given.
+    server_rule: Who makes the server step. 'optimizer': the
+      `--server_opt` optimizer on the mean delta (FedOpt and the penalty
+      methods); 'sgd': its paper's plain step, SGD with learning rate 1
+      unless `--server_lr` says otherwise, and an adaptive `--server_opt` is
+      refused (FedDyn); 'own': its own server rule, built in, and
+      `--server_opt`/`--server_lr` are unused (FedADC, FedADC+, SlowMo).
   """
   name: str
   summary: str
@@ -42,6 +59,11 @@ class Algorithm:
   hparams: tuple[str, ...] = ()
   optional_hparams: tuple[str, ...] = ()
   needs_num_clients: bool = False
+  client_weighting: str = 'num_examples'
+  server_rule: str = 'optimizer'
+
+
+SERVER_RULES = ('optimizer', 'sgd', 'own')
 
 
 def _build_fed_for_from_flags(model_fn, *, alpha, fedfor_grad_at_zero=None,
@@ -67,6 +89,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'local SGD steps, server momentum rule with alpha = 1 '
                      '(--server_opt/--server_lr unused)'),
             build=fed_adc.build_fed_adc_from_flags,
+            server_rule='own',
+            client_weighting='uniform',
             hparams=('beta', 'fedadc_variant', 'local_momentum'),
             optional_hparams=('beta_local',)),
         Algorithm(
@@ -74,6 +98,8 @@ ALGORITHMS: dict[str, Algorithm] = {
             summary=('FedADC+: FedADC with self-confidence distillation '
                      '(--distill_lambda, --distill_temperature)'),
             build=fed_adc.build_fed_adc_plus_from_flags,
+            server_rule='own',
+            client_weighting='uniform',
             hparams=('beta', 'fedadc_variant', 'local_momentum',
                      'distill_lambda', 'distill_temperature'),
             optional_hparams=('beta_local',)),
@@ -83,6 +109,8 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'server momentum --beta in units of Delta / eta, '
                      'alpha = 1 (--server_opt/--server_lr unused)'),
             build=slowmo.build_slowmo_from_flags,
+            server_rule='own',
+            client_weighting='uniform',
             hparams=('beta',)),
         Algorithm(
             name='fedprox',
@@ -97,6 +125,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      '(--alpha; U\'(0) from --fedfor_grad_at_zero), server '
                      'optimizer from --server_opt'),
             build=_build_fed_for_from_flags,
+            client_weighting='uniform',
             hparams=('alpha',),
             optional_hparams=('fedfor_grad_at_zero',)),
         Algorithm(
@@ -106,6 +135,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'client\'s own term subtracted) per --fedcurv_exact, '
                      'server optimizer from --server_opt'),
             build=fed_curv.build_fed_curv_from_flags,
+            client_weighting='uniform',
             hparams=('lam',),
             optional_hparams=('fedcurv_exact',),
             needs_num_clients=True),
@@ -117,14 +147,19 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'h (--feddyn_alpha); the paper\'s server step is '
                      '--server_opt=sgd --server_lr=1'),
             build=fed_dyn.build_fed_dyn_from_flags,
+            server_rule='sgd',
+            client_weighting='uniform',
             hparams=('feddyn_alpha',),
             needs_num_clients=True),
         Algorithm(
             name='scaffold',
             summary=('SCAFFOLD option II (Reddi et al. Algorithm 6): client '
                      'and server control variates, client state kept by the '
-                     'training loop; server optimizer from --server_opt'),
-            build=algorithms.build_scaffold),
+                     'training loop, c <- c + (1/N) sum_S Delta c_i with N '
+                     'the task\'s training clients; server optimizer from '
+                     '--server_opt'),
+            build=algorithms.build_scaffold,
+            needs_num_clients=True),
         Algorithm(
             name='fedptr_s',
             summary=('FedPTR-S: server-side trajectory matching, broadcast '

@@ -336,6 +336,8 @@ def run_training(
     state = output.state
     row = {'round': round_num}
     row.update(flatten_metrics(output.metrics))
+    if row.get('update_non_finite'):
+      _blank_rejected_training_metrics(row)
     if evaluate_fn is not None and (round_num % eval_every == 0 or
                                     round_num == rounds):
       weights = process.get_model_weights(state)
@@ -358,6 +360,23 @@ def run_training(
                         client_state_store if stateful else None)
 
 
+_COUNTS = ('num_examples', 'num_batches', 'num_tokens')
+
+
+def _blank_rejected_training_metrics(row: dict[str, Any]) -> None:
+  """A rejected round's training loss and accuracy become NaN.
+
+  The model kept nothing of that round, and TFF reports the non-finite
+  clients' metrics as 0, which a sweep would read as a perfect loss. NaN
+  (written `nan` to metrics.csv) makes every reader's window non-finite:
+  `analysis.selection_score` scores such a run as diverged. Counts
+  (examples, batches, tokens) stay.
+  """
+  for name in list(row):
+    if name.startswith('train_') and not name.endswith(_COUNTS):
+      row[name] = math.nan
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], *, rounds: int,
               seconds: float, new_rounds: int,
               output_dir: Optional[str]) -> str:
@@ -373,6 +392,10 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, rounds: int,
     parts.append(f"final eval_loss {rows[-1]['eval_loss']:.4f}")
   if rows and _is_number(rows[-1].get('train_loss')):
     parts.append(f"final train_loss {rows[-1]['train_loss']:.4f}")
+  rejected = sum(1 for r in rows if r.get('update_non_finite'))
+  if rejected:
+    parts.append(f'{rejected} rounds rejected (non-finite update; model '
+                 'kept, their training metrics logged as nan)')
   if output_dir:
     parts.append(f'results in {output_dir}')
   return '; '.join(parts)

@@ -48,8 +48,9 @@ Choices the paper leaves open (each tested):
 - With beta_local = 0 the momentum is not broadcast (no client uses it).
 - Distillation: the KL term follows the CS-KD implementation the paper
   points to (Yun et al. 2020): student and teacher logits both divided by
-  tau, the KL multiplied by tau^2, averaged over the batch. The temperature is
-  not given in the paper: tau = 1 by default (then tau^2 = 1 and p~ is the
+  tau, the KL multiplied by tau^2, averaged over the batch. The paper does
+  not print tau; it follows CS-KD's implementation, whose default
+  temperature is 4, so tau = 4 by default (`distill_temperature=1` gives the
   teacher's plain softmax). lambda = 0.35 (Section IV-C). CE is the model's
   own loss (the tasks' sparse cross-entropy on logits); the model's
   predictions must be logits. Classes absent from the client have rho = 0:
@@ -70,7 +71,7 @@ from tff_opt import momentum as momentum_lib
 
 VARIANTS = ('heavy_ball', 'nesterov')
 DEFAULT_DISTILL_LAMBDA = 0.35
-DEFAULT_DISTILL_TEMPERATURE = 1.0
+DEFAULT_DISTILL_TEMPERATURE = 4.0  # CS-KD's default (Yun et al. 2020).
 
 
 def _check_unit_interval(name: str, value: float) -> None:
