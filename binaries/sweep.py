@@ -506,6 +506,11 @@ flags.DEFINE_boolean('dry_run', False, 'Print the points and their '
                      'commands; run nothing.', **_F)
 
 
+# Asking for help is a success (exit 0) in every binary; absl's own
+# --helpfull exits 1.
+HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')
+
+
 def parse_argv(argv: Sequence[str], flag_values: flags.FlagValues,
                doc: str, fail: Callable[[str], None]) -> bool:
   """Parses `argv` into `flag_values`; False when it asked for --help.
@@ -514,7 +519,7 @@ def parse_argv(argv: Sequence[str], flag_values: flags.FlagValues,
   positional argument goes to `fail` (which exits) as one line.
   """
   flag_values.unparse_flags()
-  if '--help' in argv or '-h' in argv:
+  if any(arg in HELP_FLAGS for arg in argv):
     print(doc + '\n' + flag_values.get_help())
     return False
   try:

@@ -850,11 +850,22 @@ def main(argv):
     _fail(f'unexpected arguments: {" ".join(argv[1:])} (flags take the form '
           '--name=value).')
   hparams = None
+  created = None  # The output directory, if this invocation creates it.
   try:
     hparams = resolve_hparams()
+    if not os.path.exists(hparams['output_dir']):
+      created = hparams['output_dir']
     run(hparams)
   except UsageError as e:
+    _remove_if_no_files(created)
     _fail(str(e))
+  except KeyboardInterrupt:
+    # Ctrl-C: what was written stays (metrics.csv and checkpoints are
+    # written atomically); no traceback, the shell's 128 + SIGINT.
+    where = f' ({hparams["output_dir"]})' if hparams else ''
+    print(f'train: interrupted; resume with the same command{where}.',
+          file=sys.stderr, flush=True)
+    sys.exit(130)
   except runtime.WorkerError as e:
     # A worker died or failed mid-run. Nothing written is lost: metrics.csv
     # and the checkpoints are rewritten atomically, and a re-run resumes.
@@ -863,10 +874,39 @@ def main(argv):
           'checkpoint.')
 
 
+def _remove_if_no_files(path) -> None:
+  """Removes `path` (created by this run) if no file was written under it.
+
+  A refused run leaves nothing behind; a directory holding any file (even
+  one written by someone else meanwhile) is kept.
+  """
+  if not path or not os.path.isdir(path):
+    return
+  if any(files for _, _, files in os.walk(path)):
+    return
+  for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
+    os.rmdir(root)
+
+
 def _fail(message: str) -> None:
   print(f'train: error: {message}', file=sys.stderr, flush=True)
   sys.exit(2)
 
 
+# As binaries.sweep.HELP_FLAGS (not imported: sweep defines flags of its own).
+HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')
+
+
+def _help_requested(argv) -> bool:
+  """Prints the flags' help for --help/--helpfull (absl would exit 1)."""
+  if not any(arg in HELP_FLAGS for arg in argv[1:]):
+    return False
+  print((__doc__ or '') + '\n' + (FLAGS.get_help() if '--helpfull' in argv
+                                   else FLAGS.module_help(sys.modules[__name__])))
+  return True
+
+
 if __name__ == '__main__':
+  if _help_requested(sys.argv):
+    sys.exit(0)
   app.run(main)

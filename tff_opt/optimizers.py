@@ -370,7 +370,7 @@ def build_server_optimizer(
 
   Args:
     name: One of `SERVER_OPTIMIZERS`.
-    learning_rate: The server learning rate, non-negative.
+    learning_rate: The server learning rate, positive.
     tau: The adaptivity (epsilon for the 'tff_*' optimizers), non-negative.
       Ignored by 'sgd' and 'sgdm'.
     beta_1: The first-moment decay; `None` means the paper's default: 0 for
@@ -389,7 +389,9 @@ def build_server_optimizer(
   if name not in SERVER_OPTIMIZERS:
     raise ValueError(f'Unknown server optimizer {name!r}; expected one of '
                      f'{", ".join(SERVER_OPTIMIZERS)}.')
-  _check_non_negative(LEARNING_RATE_KEY, learning_rate)
+  # A server learning rate of 0 would never move the model: refused, as a
+  # client learning rate of 0 is.
+  _check_positive(LEARNING_RATE_KEY, learning_rate)
   if name == 'sgd':
     return _optimizer_lib.build_sgdm(learning_rate)
   if name == 'sgdm':
