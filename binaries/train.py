@@ -599,20 +599,23 @@ def run(hparams: dict) -> None:
         f"server_opt={server} rounds={hparams['rounds']} "
         f"clients_per_round={hparams['clients_per_round']} "
         f"output_dir={hparams['output_dir']}", flush=True)
-  result = training_loop.run_training(
-      process,
-      client_ids=client_ids,
-      client_dataset_fn=client_dataset,
-      clients_per_round=hparams['clients_per_round'],
-      rounds=hparams['rounds'],
-      seed=hparams['seed'],
-      output_dir=hparams['output_dir'],
-      evaluate_fn=evaluate,
-      eval_every=hparams['eval_every'],
-      checkpoint_every=hparams['checkpoint_every'],
-      initial_state=initial_state,
-      log=lambda line: print(line, flush=True),
-      round_clients_fn=round_clients_fn)
+  try:
+    result = training_loop.run_training(
+        process,
+        client_ids=client_ids,
+        client_dataset_fn=client_dataset,
+        clients_per_round=hparams['clients_per_round'],
+        rounds=hparams['rounds'],
+        seed=hparams['seed'],
+        output_dir=hparams['output_dir'],
+        evaluate_fn=evaluate,
+        eval_every=hparams['eval_every'],
+        checkpoint_every=hparams['checkpoint_every'],
+        initial_state=initial_state,
+        log=lambda line: print(line, flush=True),
+        round_clients_fn=round_clients_fn)
+  except training_loop.RoundsBehindCheckpointError as e:
+    raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
   if hparams.get('final_full_eval'):
     _final_full_eval(hparams, task, evaluation,
                      process.get_model_weights(result.state))

@@ -161,3 +161,16 @@ def test_rejected_round_logs_nan_training_metrics_and_says_so(process,
   for got, want in zip(tiny.trainable(process, result.state),
                        tiny.initial_weights()):
     np.testing.assert_array_equal(got, want)
+
+
+def test_fewer_rounds_than_the_checkpoint_is_refused_and_changes_nothing(
+    process, tmp_path):
+  _train(process, str(tmp_path), rounds=4)
+  before = _csv_rows(str(tmp_path))
+  with pytest.raises(training_loop.RoundsBehindCheckpointError) as e:
+    _train(process, str(tmp_path), rounds=2)
+  assert str(e.value) == (
+      f'{tmp_path} is checkpointed at round 4, past rounds=2: ask for at '
+      'least 4 rounds to continue it, or give another output directory '
+      '(nothing was changed).')
+  assert _csv_rows(str(tmp_path)) == before

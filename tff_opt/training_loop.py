@@ -207,6 +207,10 @@ class TrainingResult:
   client_states: Optional[dict[str, Any]] = None
 
 
+class RoundsBehindCheckpointError(ValueError):
+  """`rounds` is below the round a run's checkpoint has reached."""
+
+
 def _format_row(row: Mapping[str, Any], rounds: int) -> str:
   parts = [f"round {int(row['round']):>{len(str(rounds))}}/{rounds}"]
   for name in ('train_loss', 'train_accuracy', 'eval_loss', 'eval_accuracy'):
@@ -304,6 +308,12 @@ def run_training(
         client_state_store = client_states_lib.unpack(
             client_ids, saved[CLIENT_STATES_KEY],
             process.initial_client_state())
+    if start_round > rounds:
+      raise RoundsBehindCheckpointError(
+          f'{output_dir} is checkpointed at round {start_round}, past '
+          f'rounds={rounds}: ask for at least {start_round} rounds to '
+          'continue it, or give another output directory (nothing was '
+          'changed).')
     metrics_log = MetricsLog(output_dir)
     dropped = metrics_log.drop_rounds_after(start_round)
     if start_round:
