@@ -8,6 +8,16 @@ hang. `set_local_execution_context` installs the context and registers an
 exit hook that terminates every `worker_binary` this process started; SIGTERM
 and SIGHUP are turned into a normal exit so the hook also runs then.
 
+Nothing runs in a process killed by SIGKILL (or the OOM killer), so each
+worker this module starts also gets a watchdog (`watch_workers`): a small
+`sh` loop, in its own session and with no open pipes, that checks every
+second whether this process is alive and, once it is gone, stops the worker
+(SIGTERM, then SIGKILL) if that pid is still a `worker_binary`. A worker
+cannot outlive its trainer by more than ~3 s, whatever killed the trainer.
+(A parent-death signal set between fork and exec would be lighter, but
+Linux sends it when the forking *thread* exits, and TFF forks its worker
+from whichever thread runs the first computation.)
+
 `set_remote_execution_context` runs the computations on TFF workers on
 other hosts instead (`python -m binaries.worker`), over gRPC channels, with
 TLS when given root certificates. SECURITY: a TFF worker executes whatever
@@ -23,6 +33,7 @@ from collections.abc import Callable, Sequence
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -156,14 +167,14 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
                                    *,
                                    intra_op_threads: int | None = None,
                                    onednn: bool | None = None):
-  """TFF's local C++ execution context, its worker started if settings say so.
+  """TFF's local C++ execution context, its worker started and watched.
 
-  When `intra_op_threads` or `onednn` is given, the context's worker is
-  started here, with those TensorFlow settings in its environment
-  (`tff_opt.worker_env`; this process's own environment is left as it was);
-  otherwise it starts on the first computation, as in TFF. Several such
-  contexts (each with its own worker) can live side by side, installed in
-  turn with `tff.framework.get_context_stack().install(context)`.
+  The context's worker is started here, with a watchdog (module
+  docstring) and with the TensorFlow settings `intra_op_threads` and
+  `onednn` in its environment (`tff_opt.worker_env`; this process's own
+  environment is left as it was), not on the first computation as in TFF.
+  Several such contexts (each with its own worker) can live side by side,
+  installed in turn with `tff.framework.get_context_stack().install(context)`.
 
   Args:
     max_concurrent_clients: At most this many client computations run at
@@ -189,9 +200,10 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
   _install_hooks()
   context = tff.backends.native.create_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=(max_concurrent_clients or -1))
-  if env:
-    with _environment(env):
-      start_worker(context)
+  # Started now rather than on the first computation, so that its watchdog
+  # starts with it.
+  with _environment(env):
+    start_worker(context)
   return context
 
 
@@ -235,7 +247,7 @@ def start_worker(context) -> None:
   """Starts `context`'s worker now (TFF starts it on the first computation).
 
   Runs a trivial computation under `context`; a no-op when the worker is
-  already up.
+  already up. The worker gets a watchdog (`watch_workers`).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -245,6 +257,39 @@ def start_worker(context) -> None:
 
   with tff.framework.get_context_stack().install(context):
     noop()
+  watch_workers()
+
+
+_watched: set[int] = set()
+
+# $1: this process, $2: the worker. Exits with the parent; kills the worker
+# only if that pid still runs a worker_binary (pids are reused).
+_WATCHDOG = (
+    'while kill -0 "$1" 2>/dev/null; do sleep 1; done; '
+    'if grep -q worker_binary "/proc/$2/cmdline" 2>/dev/null; then '
+    'kill -TERM "$2" 2>/dev/null; sleep 2; '
+    'if grep -q worker_binary "/proc/$2/cmdline" 2>/dev/null; then '
+    'kill -KILL "$2" 2>/dev/null; fi; fi')
+
+
+def watch_workers() -> list[int]:
+  """Gives each unwatched `worker_binary` child a watchdog; returns pids.
+
+  The watchdog (see the module docstring) stops the worker once this
+  process is gone, however it died.
+  """
+  started = []
+  for worker in worker_children():
+    if worker.pid in _watched:
+      continue
+    subprocess.Popen(  # pylint: disable=consider-using-with
+        ['sh', '-c', _WATCHDOG, 'tff-opt-watchdog', str(os.getpid()),
+         str(worker.pid)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    _watched.add(worker.pid)
+    started.append(worker.pid)
+  return started
 
 
 # Registered on import so that any program using tff-opt exits cleanly, even

@@ -1,0 +1,45 @@
+"""A trainer killed by SIGKILL leaves no `worker_binary` behind (issue 16.3)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+_TRAINER = """
+import sys, time
+from tff_opt import runtime
+runtime.set_local_execution_context()
+print(' '.join(str(w.pid) for w in runtime.worker_children()), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive_worker(pid):
+  try:
+    process = psutil.Process(pid)
+    return (process.status() != psutil.STATUS_ZOMBIE and
+            'worker_binary' in ' '.join(process.cmdline()))
+  except psutil.Error:
+    return False
+
+
+def test_sigkilled_trainer_takes_its_worker_down():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  trainer = subprocess.Popen(
+      [sys.executable, '-c', _TRAINER], cwd=root, stdout=subprocess.PIPE,
+      stderr=subprocess.DEVNULL, text=True)
+  try:
+    workers = [int(p) for p in trainer.stdout.readline().split()]
+    assert len(workers) == 1 and _alive_worker(workers[0])
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    deadline = time.monotonic() + 15
+    while _alive_worker(workers[0]) and time.monotonic() < deadline:
+      time.sleep(0.2)
+    assert not _alive_worker(workers[0])
+  finally:
+    trainer.kill()
+    trainer.wait()
