@@ -616,6 +616,8 @@ def run(hparams: dict) -> None:
         round_clients_fn=round_clients_fn)
   except training_loop.RoundsBehindCheckpointError as e:
     raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
+  except training_loop.UnreadableCheckpointsError as e:
+    raise UsageError(str(e)) from e
   if hparams.get('final_full_eval'):
     _final_full_eval(hparams, task, evaluation,
                      process.get_model_weights(result.state))

@@ -174,3 +174,39 @@ def test_fewer_rounds_than_the_checkpoint_is_refused_and_changes_nothing(
       'least 4 rounds to continue it, or give another output directory '
       '(nothing was changed).')
   assert _csv_rows(str(tmp_path)) == before
+
+
+def test_truncated_latest_checkpoint_falls_back_and_is_kept(process,
+                                                            tmp_path):
+  """Issue 16.4: resume from the newest intact checkpoint, delete nothing."""
+  out = str(tmp_path)
+  _train(process, out, rounds=4, checkpoint_every=2)
+  ckpt = os.path.join(out, training_loop.CHECKPOINT_DIR)
+  # Truncate every file of the latest checkpoint (round 4), as a kill
+  # during a copy or a full disk would; leave a stale save behind too.
+  for root, _, files in os.walk(os.path.join(ckpt, 'program_state_4')):
+    for name in files:
+      with open(os.path.join(root, name), 'r+b') as f:
+        f.truncate(3)
+  os.makedirs(os.path.join(ckpt, 'program_state_6_temp1234', 'variables'))
+  lines = []
+  initial = tiny.set_weights(process, process.initialize(),
+                             tiny.initial_weights())
+  result = training_loop.run_training(
+      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
+      clients_per_round=3, rounds=4, seed=7, output_dir=out,
+      initial_state=initial, log=lines.append, checkpoint_every=2)
+  assert lines[0] == ('Removed 1 unfinished checkpoint save(s) left by an '
+                      'interrupted run: program_state_6_temp1234')
+  assert lines[1].startswith('Checkpoint of round 4 is unreadable (')
+  assert lines[1].endswith('); kept as program_state_4.unreadable, trying '
+                           'the one before it.')
+  assert lines[2].startswith('Resuming after round 2 from ')
+  assert result.start_round == 2
+  assert sorted(os.listdir(ckpt)) == ['program_state_2', 'program_state_4',
+                                      'program_state_4.unreadable']
+  # The same weights as an uninterrupted run.
+  fresh = _train(process, str(tmp_path / 'fresh'), rounds=4)
+  for got, want in zip(tiny.trainable(process, result.state),
+                       tiny.trainable(process, fresh.state)):
+    np.testing.assert_allclose(got, want, rtol=1e-6)

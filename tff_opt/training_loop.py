@@ -43,6 +43,8 @@ import csv
 import dataclasses
 import math
 import os
+import re
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
@@ -207,6 +209,58 @@ class TrainingResult:
   client_states: Optional[dict[str, Any]] = None
 
 
+# TFF's `file_utils.write_saved_model` writes `<path>_temp<4 digits>` and
+# renames it; a kill during a save leaves that directory behind.
+_TEMP_DIR = re.compile(r'program_state_\d+_temp\d+')
+UNREADABLE_SUFFIX = '.unreadable'
+
+
+def _remove_stale_temp_dirs(checkpoint_dir: str, log) -> None:
+  """Removes checkpoint temp directories left by an interrupted save."""
+  if not os.path.isdir(checkpoint_dir):
+    return
+  stale = sorted(e for e in os.listdir(checkpoint_dir) if _TEMP_DIR.fullmatch(e))
+  for entry in stale:
+    shutil.rmtree(os.path.join(checkpoint_dir, entry), ignore_errors=True)
+  if stale and log:
+    log(f'Removed {len(stale)} unfinished checkpoint save(s) left by an '
+        f'interrupted run: {", ".join(stale)}')
+
+
+def _load_newest_readable(manager, structure, checkpoint_dir: str, log):
+  """(state, version) of the newest checkpoint that loads; (None, 0) if none.
+
+  A checkpoint that cannot be read (a save cut short, a damaged disk) is
+  renamed `<name>.unreadable`, never deleted, so that the run can save that
+  round again, and the next older one is tried; one line says so.
+
+  Raises:
+    UnreadableCheckpointsError: If checkpoints exist but none can be read.
+  """
+  versions = _run_sync(manager.get_versions()) or []
+  for version in reversed(versions):
+    try:
+      return _run_sync(manager.load(version, structure)), version
+    except Exception as e:  # pylint: disable=broad-except
+      name = f'program_state_{version}'
+      os.rename(os.path.join(checkpoint_dir, name),
+                os.path.join(checkpoint_dir, name + UNREADABLE_SUFFIX))
+      reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else ''
+      if log:
+        log(f'Checkpoint of round {version} is unreadable '
+            f'({type(e).__name__}: {reason}); kept as '
+            f'{name}{UNREADABLE_SUFFIX}, trying the one before it.')
+  if versions:
+    raise UnreadableCheckpointsError(
+        f'No checkpoint in {checkpoint_dir} can be read (all kept as '
+        f'*{UNREADABLE_SUFFIX}); move the directory aside to start again.')
+  return None, 0
+
+
+class UnreadableCheckpointsError(RuntimeError):
+  """A run's checkpoints exist but none of them can be read."""
+
+
 class RoundsBehindCheckpointError(ValueError):
   """`rounds` is below the round a run's checkpoint has reached."""
 
@@ -298,10 +352,12 @@ def run_training(
   metrics_log = manager = None
   if output_dir is not None:
     os.makedirs(output_dir, exist_ok=True)
+    checkpoint_dir = os.path.join(output_dir, CHECKPOINT_DIR)
+    _remove_stale_temp_dirs(checkpoint_dir, log)
     manager = tff.program.FileProgramStateManager(
-        os.path.join(output_dir, CHECKPOINT_DIR), keep_total=3, keep_first=True)
-    saved, version = _run_sync(
-        manager.load_latest(checkpoint_structure(initial_state, {})))
+        checkpoint_dir, keep_total=3, keep_first=True)
+    saved, version = _load_newest_readable(
+        manager, checkpoint_structure(initial_state, {}), checkpoint_dir, log)
     if saved is not None:
       state, start_round = saved[PROCESS_STATE_KEY], version
       if stateful:
