@@ -201,14 +201,56 @@ def _entry(name: str) -> _TaskEntry:
   return _REGISTRY[name]
 
 
+def _option_kind(default: Any) -> str | None:
+  """The type an option's value must have, read from its default."""
+  if isinstance(default, bool):
+    return 'a boolean (True or False)'
+  if isinstance(default, int):
+    return 'an integer'
+  if isinstance(default, float):
+    return 'a number'
+  if isinstance(default, str):
+    return 'a string'
+  return None  # None or a structure: the task checks it.
+
+
+def _check_option_type(name: str, option: str, value: Any,
+                       default: Any) -> Any:
+  """`value`, checked against the type of `default` (ints pass as numbers).
+
+  Raises:
+    ValueError: If `value` is not of the option's type.
+  """
+  kind = _option_kind(default)
+  if kind is None:
+    return value
+  if isinstance(default, bool):
+    ok = isinstance(value, bool)
+  elif isinstance(default, int):
+    ok = isinstance(value, int) and not isinstance(value, bool)
+  elif isinstance(default, float):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    value = float(value) if ok else value
+  else:
+    ok = isinstance(value, str)
+  if not ok:
+    del name
+    raise ValueError(f'option {option}={value!r}: expected {kind} (default '
+                     f'{default!r})')
+  return value
+
+
 def _resolve_options(name: str, entry: _TaskEntry,
                      options: Mapping[str, Any]) -> dict[str, Any]:
+  checked = {}
   for option in sorted(options):
     if option not in entry.options:
       raise ValueError(
           f'Unknown option {option!r} for task {name!r}; known options: '
           f'{", ".join(sorted(entry.options))}')
-  return {**entry.options, **options}
+    checked[option] = _check_option_type(name, option, options[option],
+                                         entry.options[option])
+  return {**entry.options, **checked}
 
 
 def task_defaults(name: str) -> TaskDefaults:

@@ -43,3 +43,34 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
   assert binary.run_train('--task=digits', f'--output_dir={out}') == 130
   assert capsys.readouterr().err == (
       f'train: interrupted; resume with the same command ({out}).\n')
+
+
+@pytest.mark.parametrize('task, option, value, message', [
+    ('digits', 'alpha', 'abc',
+     "option alpha='abc': expected a number (default 0.5)"),
+    ('digits', 'num_clients', 2.5,
+     'option num_clients=2.5: expected an integer (default 100)'),
+    ('digits', 'num_clients', True,
+     'option num_clients=True: expected an integer (default 100)'),
+    ('digits', 'partition', 3,
+     "option partition=3: expected a string (default 'dirichlet')"),
+    ('shakespeare', 'lstm_units', 'abc',
+     "option lstm_units='abc': expected an integer (default 256)"),
+])
+def test_task_option_of_the_wrong_type_is_one_clear_error(task, option, value,
+                                                         message):
+  import tasks  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  spec = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=1)
+  with pytest.raises(ValueError) as e:
+    tasks.create_task(task, train_client_spec=spec, **{option: value})
+  assert str(e.value) == message
+
+
+def test_task_option_given_as_int_where_a_number_is_expected_is_accepted():
+  import tasks  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  spec = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=1)
+  task = tasks.create_task('digits', train_client_spec=spec, alpha=1,
+                           num_clients=5)
+  assert len(task.datasets.train_data.client_ids) == 5

@@ -255,9 +255,37 @@ def start_worker(context) -> None:
   def noop():
     return tf.constant(0)
 
-  with tff.framework.get_context_stack().install(context):
+  with _streams_with_fileno(), tff.framework.get_context_stack().install(
+      context):
     noop()
   watch_workers()
+
+
+def _has_fileno(stream) -> bool:
+  try:
+    stream.fileno()
+    return True
+  except (AttributeError, OSError, ValueError):
+    return False
+
+
+@contextlib.contextmanager
+def _streams_with_fileno():
+  """sys.stdout/err with a file descriptor while TFF starts its worker.
+
+  TFF passes `sys.stdout`/`sys.stderr` to the worker's `Popen`, which needs
+  their file descriptors; a captured stream (pytest's capsys, an in-memory
+  log) has none, so the process's original streams stand in for it.
+  """
+  saved = sys.stdout, sys.stderr
+  if not _has_fileno(sys.stdout) and _has_fileno(sys.__stdout__):
+    sys.stdout = sys.__stdout__
+  if not _has_fileno(sys.stderr) and _has_fileno(sys.__stderr__):
+    sys.stderr = sys.__stderr__
+  try:
+    yield
+  finally:
+    sys.stdout, sys.stderr = saved
 
 
 _watched: set[int] = set()
