@@ -268,7 +268,7 @@ def check_points(points: Sequence[Point], *, where: str,
           task, train_client_spec=tff.simulation.baselines.ClientSpec(
               num_epochs=1, batch_size=1), data_dir=data_dir,
           seed=hparams['seed'], **options)
-    except data_errors.MissingDataError as e:
+    except data_errors.DataError as e:
       raise UsageError(f'{where}: {e}') from e
     except (ValueError, TypeError) as e:
       raise UsageError(f'{where}: --task={task} {shown}: {e}') from e

@@ -479,7 +479,7 @@ def run(hparams: dict) -> None:
     round_data = tasks.create_round_data(
         hparams['task'], task, data_dir=hparams['data_dir'],
         seed=hparams['seed'], **hparams['task_options'])
-  except data_errors.MissingDataError as e:
+  except data_errors.DataError as e:
     raise UsageError(str(e)) from e
   except ValueError as e:
     raise UsageError(f'--task={hparams["task"]}: {e}') from e

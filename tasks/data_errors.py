@@ -1,16 +1,23 @@
-"""The one error a task raises when its dataset files are not there.
+"""The errors a task raises when its dataset files are missing or damaged.
 
 No task ever tries a download when its file is missing (the machines this
 runs on may be offline, and TFF's and TFDS's downloaders can hang or print a
 traceback there): it checks for the file first and raises `MissingDataError`,
 whose message names the task, the path looked for and how to obtain the file.
-The binary prints that message as one `train: error: ...` line.
+The binary prints that message as one `train: error: ...` line. A TFF
+SQLite file that is there but is not a database, or lacks TFF's tables, is a
+`BadDataError` naming the file and what was expected. Both are `DataError`s.
 """
 
 import os
+import sqlite3
 
 
-class MissingDataError(Exception):
+class DataError(Exception):
+  """A task's dataset file is missing or unusable."""
+
+
+class MissingDataError(DataError):
   """A task's dataset file is not in its data directory."""
 
   def __init__(self, task: str, path: str, how_to_obtain: str):
@@ -45,7 +52,45 @@ def require_file(task: str, data_dir: str | None, filename: str,
   path = os.path.join(data_dir or default_data_dir(), filename)
   if not os.path.isfile(path):
     raise MissingDataError(task, path, how_to_obtain)
+  if filename.endswith('.sqlite'):
+    check_tff_sqlite(task, path)
   return path
+
+
+class BadDataError(DataError):
+  """A task's dataset file exists but is not what the task reads."""
+
+  def __init__(self, task: str, path: str, problem: str):
+    self.task = task
+    self.path = path
+    super().__init__(f'task {task!r}: {path} {problem}')
+
+
+TFF_SQLITE_TABLES = ('client_metadata', 'examples')
+
+
+def check_tff_sqlite(task: str, path: str) -> None:
+  """Checks that `path` is an SQLite database with TFF's two tables.
+
+  Reads the schema only (cheap even for Stack Overflow's 10 GB file); damage
+  inside the data shows when the rows are read.
+
+  Raises:
+    BadDataError: If the file is not an SQLite database or lacks a table.
+  """
+  try:
+    with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as db:
+      tables = {row[0] for row in db.execute(
+          "SELECT name FROM sqlite_master WHERE type = 'table'")}
+  except sqlite3.Error as e:
+    raise BadDataError(task, path, f'is not a readable SQLite database '
+                       f'({e}); expected TFF\'s format (tables '
+                       f'{" and ".join(TFF_SQLITE_TABLES)})') from e
+  missing = [t for t in TFF_SQLITE_TABLES if t not in tables]
+  if missing:
+    raise BadDataError(task, path, f'has no table {", ".join(missing)}; '
+                       f'expected TFF\'s format (tables '
+                       f'{" and ".join(TFF_SQLITE_TABLES)})')
 
 
 def tff_sqlite_instructions(filename: str) -> str:

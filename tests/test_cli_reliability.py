@@ -74,3 +74,24 @@ def test_task_option_given_as_int_where_a_number_is_expected_is_accepted():
   task = tasks.create_task('digits', train_client_spec=spec, alpha=1,
                            num_clients=5)
   assert len(task.datasets.train_data.client_ids) == 5
+
+
+def test_corrupt_or_foreign_sqlite_is_one_line(tmp_path):
+  import sqlite3  # pylint: disable=g-import-not-at-top
+  from tasks import data_errors  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'shakespeare.sqlite'
+  path.write_bytes(b'garbage, not a database' * 100)
+  with pytest.raises(data_errors.BadDataError) as e:
+    data_errors.require_file('shakespeare', str(tmp_path), path.name, 'x')
+  assert str(e.value) == (
+      f"task 'shakespeare': {path} is not a readable SQLite database (file "
+      "is not a database); expected TFF's format (tables client_metadata and "
+      'examples)')
+  path.unlink()
+  with sqlite3.connect(path) as db:
+    db.execute('CREATE TABLE examples (x TEXT)')
+  with pytest.raises(data_errors.BadDataError) as e:
+    data_errors.require_file('shakespeare', str(tmp_path), path.name, 'x')
+  assert str(e.value) == (
+      f"task 'shakespeare': {path} has no table client_metadata; expected "
+      "TFF's format (tables client_metadata and examples)")
