@@ -563,7 +563,16 @@ def run(hparams: dict) -> None:
       process.initialize(),
       tf.nest.map_structure(lambda v: np.asarray(v.numpy()), initial_weights))
 
-  if hparams.get('eval_examples'):
+  sampler = None
+  sqlite_path = tasks.eval_sqlite_path(hparams['task'], hparams['data_dir'])
+  if hparams.get('eval_examples') and sqlite_path:
+    # Reddi et al.: a uniform sample of test examples, drawn afresh at each
+    # evaluation (seeded by the round).
+    sampler = sqlite_data.ExampleSampler(
+        sqlite_path, task.datasets.test_data.element_type_structure,
+        num_examples=hparams['eval_examples'], seed=hparams['seed'])
+    eval_data = task.datasets.eval_preprocess_fn(sampler.dataset())
+  elif hparams.get('eval_examples'):
     eval_data = task.datasets.eval_preprocess_fn(sqlite_data.sample_examples(
         task.datasets.test_data, hparams['eval_examples'],
         seed=hparams['seed']))
@@ -571,6 +580,12 @@ def run(hparams: dict) -> None:
     eval_data = task.datasets.eval_preprocess_fn(
         task.datasets.test_data.create_tf_dataset_from_all_clients())
   evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
+  if sampler is not None:
+    evaluate_sample = evaluate
+
+    def evaluate(weights, round_num):  # pylint: disable=function-redefined
+      sampler.round_num = round_num
+      return evaluate_sample(weights)
   round_clients_fn, current_round = None, [0]
   if round_data is not None:
 

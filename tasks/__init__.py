@@ -18,12 +18,14 @@ one `_TaskEntry` to `_REGISTRY` below.
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import tensorflow_federated as tff
 
 from tasks import cifar
+from tasks import data_errors
 from tasks import digits
 from tasks import domains
 from tasks import emnist
@@ -75,6 +77,9 @@ class _TaskEntry:
   # (task, seed, use_synthetic_data, data_dir, **options) -> round-dependent
   # training data (`heterogeneity.RoundClientData`) or None.
   round_data: Callable[..., Any] | None = None
+  # The TFF SQLite file (in data_dir) whose 'test' split `eval_examples`
+  # samples example by example (Reddi et al.'s Stack Overflow validation).
+  sqlite_file: str | None = None
 
 
 def _describe_digits(*, seed, use_synthetic_data, data_dir, **options):
@@ -145,15 +150,30 @@ _REGISTRY.update({
     'shakespeare': _paper_entry(
         'shakespeare', shakespeare.create_shakespeare_task,
         shakespeare.DEFAULT_OPTIONS, rounds=1500, batch_size=4),
-    'stackoverflow_lr': _paper_entry(
+    'stackoverflow_lr': dataclasses.replace(_paper_entry(
         'stackoverflow_lr', stackoverflow.create_stackoverflow_lr_task,
         stackoverflow.LR_OPTIONS, rounds=1500, batch_size=100,
         eval_examples=10000, final_full_eval=True),
-    'stackoverflow_nwp': _paper_entry(
+        sqlite_file=stackoverflow.SQLITE_FILE),
+    'stackoverflow_nwp': dataclasses.replace(_paper_entry(
         'stackoverflow_nwp', stackoverflow.create_stackoverflow_nwp_task,
         stackoverflow.NWP_OPTIONS, rounds=1500, batch_size=16,
         clients_per_round=50, eval_examples=10000, final_full_eval=True),
+        sqlite_file=stackoverflow.SQLITE_FILE),
 })
+
+
+def eval_sqlite_path(name: str, data_dir: str | None) -> str | None:
+  """The SQLite file whose test examples `eval_examples` samples, or None.
+
+  None for tasks evaluated on a client-order sample (`sqlite_data.
+  sample_examples`) and when the file is absent (synthetic data).
+  """
+  filename = _entry(name).sqlite_file
+  if filename is None:
+    return None
+  path = os.path.join(data_dir or data_errors.default_data_dir(), filename)
+  return path if os.path.isfile(path) else None
 
 
 def _heterogeneity_entry(builder, describe, name: str, options, *,

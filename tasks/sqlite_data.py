@@ -15,7 +15,10 @@ can feed the real loaders offline (they skip the download when the
 uncompressed file is already in `cache_dir`).
 
 `sample_examples` draws an evaluation sample from a (possibly huge, lazily
-read) `ClientData` touching only the clients it needs.
+read) `ClientData` touching only the clients it needs. `ExampleSampler` is
+Reddi et al.'s Stack Overflow validation: a uniform sample of examples (not
+clients) of a split, drawn again at every evaluation from (seed, round),
+read straight from the SQLite file by row id.
 """
 
 import os
@@ -147,3 +150,91 @@ def sample_examples(client_data: tff.simulation.datasets.ClientData,
       np.array([client_ids[i] for i in order], dtype=object).astype(str))
   dataset_fn = client_data.serializable_dataset_fn
   return ordered.flat_map(dataset_fn).take(num_examples)
+
+
+class ExampleSampler:
+  """Uniform samples of a split's examples, one per evaluation round.
+
+  Reddi et al. (Stack Overflow) evaluate on 10,000 test examples sampled
+  afresh at each evaluation. Here the sample of round r is
+  `numpy.random.default_rng([seed, r]).choice(N, size, replace=False)` over
+  the split's N examples in row-id order, so a resumed run evaluates on the
+  same examples as an uninterrupted one. Only the sampled rows are read
+  (`SELECT ... WHERE rowid IN (...)`); the split's row ids are listed once
+  (when they are not one contiguous range) and kept.
+
+  Args:
+    path: A TFF SQLite file (`examples` table).
+    element_spec: `{feature: tf.TensorSpec}` of the parsed examples (the
+      `ClientData`'s `element_type_structure`).
+    num_examples: Sample size; the whole split when it has fewer.
+    seed: Seed of every draw.
+    split: The split's `split_name`.
+
+  Raises:
+    ValueError: If `num_examples < 1` or the split is empty.
+  """
+
+  _CHUNK = 900  # SQLite's default limit is 999 bound parameters.
+
+  def __init__(self, path: str, element_spec: Mapping[str, tf.TensorSpec], *,
+               num_examples: int, seed: int, split: str = 'test'):
+    if num_examples < 1:
+      raise ValueError(
+          f'num_examples must be at least 1, got {num_examples!r}.')
+    self._path, self._split, self._seed = path, split, seed
+    self._element_spec = dict(element_spec)
+    with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as db:
+      low, high, count = db.execute(
+          'SELECT MIN(rowid), MAX(rowid), COUNT(*) FROM examples '
+          'WHERE split_name = ?', (split,)).fetchone()
+      if not count:
+        raise ValueError(f'{path} has no example in split {split!r}.')
+      self._rowids = None
+      if high - low + 1 != count:
+        self._rowids = np.fromiter(
+            (r for (r,) in db.execute(
+                'SELECT rowid FROM examples WHERE split_name = ? '
+                'ORDER BY rowid', (split,))), dtype=np.int64, count=count)
+    self._low, self.population = low, count
+    self.size = min(num_examples, count)
+    self.round_num = 0
+
+  def row_ids(self, round_num: int) -> np.ndarray:
+    """The sorted row ids of round `round_num`'s sample."""
+    picks = np.sort(np.random.default_rng([self._seed, round_num]).choice(
+        self.population, size=self.size, replace=False))
+    return picks + self._low if self._rowids is None else self._rowids[picks]
+
+  def serialized(self, round_num: int) -> list[bytes]:
+    """The sampled rows' serialized `tf.train.Example`s, in row-id order."""
+    rows = []
+    ids = [int(i) for i in self.row_ids(round_num)]
+    with sqlite3.connect(f'file:{self._path}?mode=ro', uri=True) as db:
+      for start in range(0, len(ids), self._CHUNK):
+        chunk = ids[start:start + self._CHUNK]
+        marks = ','.join('?' * len(chunk))
+        rows += db.execute(
+            'SELECT rowid, serialized_example_proto FROM examples '
+            f'WHERE rowid IN ({marks})', chunk).fetchall()
+    return [proto for _, proto in sorted(rows)]
+
+  def dataset(self) -> tf.data.Dataset:
+    """Parsed examples of the sample of `self.round_num`, read per pass.
+
+    Each new iterator (each evaluation pass) reads the sample of the
+    `round_num` set at that moment.
+    """
+    specs = {k: tf.io.FixedLenFeature(
+        v.shape, tf.string if v.dtype == tf.string else
+        tf.float32 if v.dtype.is_floating else tf.int64)
+             for k, v in self._element_spec.items()}
+
+    def parse(proto):
+      parsed = tf.io.parse_single_example(proto, specs)
+      return {k: tf.cast(parsed[k], v.dtype)
+              for k, v in self._element_spec.items()}
+
+    return tf.data.Dataset.from_generator(
+        lambda: iter(self.serialized(self.round_num)),
+        output_signature=tf.TensorSpec((), tf.string)).map(parse)

@@ -276,3 +276,45 @@ def test_binary_missing_data_is_one_line(tmp_path, capsys):
   assert err.startswith(f"train: error: task 'emnist_cr' needs "
                         f'{tmp_path}/emnist_all.sqlite, which does not exist')
   assert err.count('\n') == 1 and 'Traceback' not in err
+
+
+def test_example_sampler_is_uniform_over_examples_and_redrawn_per_round(
+    tmp_path):
+  """Reddi et al.'s SO validation: examples, not clients, re-drawn per eval."""
+  import sqlite3  # pylint: disable=g-import-not-at-top
+  # 12 test clients of 1..12 examples (78); one row deleted (77 left) so
+  # that the test rows are not one contiguous row-id range.
+  splits = {'train': {}, 'test': {}}
+  for i in range(12):
+    splits['test'][f't{i}'] = [_so_example(f'w{i} w{j}', 'python')
+                               for j in range(i + 1)]
+    splits['train'][f'r{i}'] = [_so_example('w1', 'java')]
+  path = str(tmp_path / 'stackoverflow.sqlite')
+  sqlite_data.write_sqlite(path, splits)
+  with sqlite3.connect(path) as db:
+    db.execute("DELETE FROM examples WHERE rowid = (SELECT rowid FROM "
+               "examples WHERE split_name = 'test' ORDER BY rowid LIMIT 1 "
+               'OFFSET 30)')
+    test_rows = db.execute("SELECT rowid, serialized_example_proto FROM "
+                           "examples WHERE split_name = 'test' ORDER BY "
+                           'rowid').fetchall()
+  spec = {'tokens': tf.TensorSpec((), tf.string),
+          'tags': tf.TensorSpec((), tf.string),
+          'title': tf.TensorSpec((), tf.string)}
+  sampler = sqlite_data.ExampleSampler(path, spec, num_examples=10, seed=3)
+  assert sampler.population == 77 and sampler.size == 10
+  for round_num in (1, 2):
+    picks = np.sort(np.random.default_rng([3, round_num]).choice(
+        77, size=10, replace=False))
+    assert sampler.serialized(round_num) == [test_rows[i][1] for i in picks]
+  assert sampler.serialized(1) != sampler.serialized(2)
+  # The dataset reads the sample of the round set when it is iterated.
+  sampler.round_num = 2
+  want = [tf.train.Example.FromString(p).features.feature['tokens']
+          .bytes_list.value[0] for p in sampler.serialized(2)]
+  assert [e['tokens'].numpy() for e in sampler.dataset()] == want
+  sampler.round_num = 1
+  assert [e['tokens'].numpy() for e in sampler.dataset()] != want
+  # Fewer examples than asked: the whole split.
+  assert sqlite_data.ExampleSampler(path, spec, num_examples=500,
+                                    seed=0).size == 77

@@ -210,3 +210,18 @@ def test_truncated_latest_checkpoint_falls_back_and_is_kept(process,
   for got, want in zip(tiny.trainable(process, result.state),
                        tiny.trainable(process, fresh.state)):
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_evaluate_fn_with_round_num_is_told_the_round(process, tmp_path):
+  seen = []
+
+  def evaluate(weights, round_num):
+    del weights
+    seen.append(round_num)
+    return {'round_seen': float(round_num)}
+
+  _train(process, str(tmp_path), rounds=4, evaluate_fn=evaluate,
+         eval_every=2)
+  assert seen == [2, 4]
+  assert [r['eval_round_seen'] for r in _csv_rows(str(tmp_path))] == [
+      '', '2.0', '', '4.0']

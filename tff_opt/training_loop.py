@@ -41,6 +41,7 @@ import collections
 import concurrent.futures
 import csv
 import dataclasses
+import inspect
 import math
 import os
 import re
@@ -312,6 +313,7 @@ def run_training(
     output_dir: Where metrics and checkpoints go; `None` keeps nothing.
     evaluate_fn: Optional model weights -> metrics, run every `eval_every`
       rounds and after the last; its metrics are logged as `eval_<name>`.
+      When it has a `round_num` parameter it is passed the round too.
     eval_every: Evaluation period in rounds.
     checkpoint_every: Checkpoint period in rounds (and after the last).
     initial_state: The state to start from when there is no checkpoint;
@@ -379,6 +381,8 @@ def run_training(
              if dropped else ''))
   rows = metrics_log.rows if metrics_log else []
 
+  eval_takes_round = evaluate_fn is not None and (
+      'round_num' in inspect.signature(evaluate_fn).parameters)
   started = time.perf_counter()
   for round_num in range(start_round + 1, rounds + 1):
     round_start = time.perf_counter()
@@ -407,7 +411,9 @@ def run_training(
     if evaluate_fn is not None and (round_num % eval_every == 0 or
                                     round_num == rounds):
       weights = process.get_model_weights(state)
-      for name, value in evaluate_fn(weights).items():
+      metrics = (evaluate_fn(weights, round_num=round_num) if eval_takes_round
+                 else evaluate_fn(weights))
+      for name, value in metrics.items():
         if isinstance(value, float):
           row[f'eval_{name}'] = value
     row['round_seconds'] = time.perf_counter() - round_start
