@@ -51,11 +51,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-# Quiets TensorFlow's C++ start-up lines when the task defaults are read.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-# TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+# TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 

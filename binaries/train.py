@@ -27,13 +27,7 @@ import json
 import os
 import sys
 
-# TensorFlow's C++ start-up chatter (CUDA probes, CPU features) hides the
-# progress lines; set before TensorFlow is first imported. TFF's worker
-# process inherits it.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-# TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
-os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
+# TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top

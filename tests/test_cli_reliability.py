@@ -95,3 +95,22 @@ def test_corrupt_or_foreign_sqlite_is_one_line(tmp_path):
   assert str(e.value) == (
       f"task 'shakespeare': {path} has no table client_metadata; expected "
       "TFF's format (tables client_metadata and examples)")
+
+
+def test_binaries_import_tensorflow_without_its_start_up_noise():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ('import binaries, os, sys; '
+          "os.write(2, b'kept line\\n'); "
+          "print(os.environ['TF_ENABLE_ONEDNN_OPTS'])")
+  done = subprocess.run([sys.executable, '-c', code], cwd=root,
+                        capture_output=True, text=True, timeout=120,
+                        env={k: v for k, v in os.environ.items()
+                             if k not in ('TF_ENABLE_ONEDNN_OPTS',
+                                          'TF_CPP_MIN_LOG_LEVEL')})
+  assert done.returncode == 0
+  assert done.stdout == '1\n'
+  assert 'Unable to register' not in done.stderr
+  assert 'TensorRT' not in done.stderr
+  assert done.stderr.endswith('kept line\n')
