@@ -43,3 +43,20 @@ def test_sigkilled_trainer_takes_its_worker_down():
   finally:
     trainer.kill()
     trainer.wait()
+
+
+def test_watchdog_exits_when_its_worker_stops_first():
+  from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+  worker = subprocess.Popen(['sleep', '30'])
+  watchdog = subprocess.Popen(
+      ['sh', '-c', runtime._WATCHDOG, 'wd', str(os.getpid()),  # pylint: disable=protected-access
+       str(worker.pid)])
+  try:
+    time.sleep(1.5)
+    assert watchdog.poll() is None  # Both alive: it keeps watching.
+    worker.kill()
+    worker.wait()
+    assert watchdog.wait(timeout=5) == 0
+  finally:
+    worker.kill()
+    watchdog.kill()

@@ -12,7 +12,8 @@ Nothing runs in a process killed by SIGKILL (or the OOM killer), so each
 worker this module starts also gets a watchdog (`watch_workers`): a small
 `sh` loop, in its own session and with no open pipes, that checks every
 second whether this process is alive and, once it is gone, stops the worker
-(SIGTERM, then SIGKILL) if that pid is still a `worker_binary`. A worker
+(SIGTERM, then SIGKILL) if that pid is still a `worker_binary`; it exits by
+itself when the worker stops first. A worker
 cannot outlive its trainer by more than ~3 s, whatever killed the trainer.
 (A parent-death signal set between fork and exec would be lighter, but
 Linux sends it when the forking *thread* exits, and TFF forks its worker
@@ -290,13 +291,16 @@ def _streams_with_fileno():
 
 _watched: set[int] = set()
 
-# $1: this process, $2: the worker. Exits with the parent; kills the worker
-# only if that pid still runs a worker_binary (pids are reused).
+# $1: this process, $2: the worker. Exits when the worker is gone first;
+# once the parent is gone, stops the worker, only if that pid still runs a
+# worker binary (pids are reused). The pattern is bracketed so that the
+# watchdog's own command line does not match `pgrep -f worker_binary`.
 _WATCHDOG = (
-    'while kill -0 "$1" 2>/dev/null; do sleep 1; done; '
-    'if grep -q worker_binary "/proc/$2/cmdline" 2>/dev/null; then '
+    'while kill -0 "$1" 2>/dev/null; do '
+    'kill -0 "$2" 2>/dev/null || exit 0; sleep 1; done; '
+    'if grep -q "worker_[b]inary" "/proc/$2/cmdline" 2>/dev/null; then '
     'kill -TERM "$2" 2>/dev/null; sleep 2; '
-    'if grep -q worker_binary "/proc/$2/cmdline" 2>/dev/null; then '
+    'if grep -q "worker_[b]inary" "/proc/$2/cmdline" 2>/dev/null; then '
     'kill -KILL "$2" 2>/dev/null; fi; fi')
 
 
