@@ -18,6 +18,9 @@ others from their checkpoints. Then:
                    which point was selected
     heatmap.png    --metric (mean of the last 100 rounds) over (client lr,
                    server lr), like Figure 2 of Reddi et al.
+    sweep.json     the sweep's identity (task, algorithm, server optimizer,
+                   --train_flag): re-running into the directory with another
+                   identity is refused in one line, never mixed in
 
 Selection (Reddi et al. Section 4, Appendix D.1): the lowest average
 training loss over the last 100 rounds; ties and diverged runs as in
@@ -43,6 +46,7 @@ of the selected point.
 import concurrent.futures
 import csv
 import dataclasses
+import json
 import math
 import os
 import subprocess
@@ -278,6 +282,49 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     for name, status in pool.map(run_one, todo):
       outcome[name] = status
   return outcome
+
+
+SWEEP_FILE = 'sweep.json'
+
+
+def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
+  """Makes `sweep_dir` this sweep's, or refuses one that holds another.
+
+  A sweep is its task, algorithm, server optimizer and `--train_flag`s
+  (`identity`); the grid points and `--rounds` may change between runs
+  (points are their own directories; a run resumes with more rounds).
+  `<sweep_dir>/sweep.json` records the identity; a directory made before
+  that file existed is checked against its points' `hparams.json`.
+
+  Raises:
+    UsageError: If `sweep_dir` holds a sweep with another identity.
+  """
+  path = os.path.join(sweep_dir, SWEEP_FILE)
+  recorded = None
+  if os.path.exists(path):
+    with open(path) as f:
+      recorded = json.load(f)
+  elif os.path.isdir(sweep_dir):
+    for entry in sorted(os.listdir(sweep_dir)):
+      hparams_path = os.path.join(sweep_dir, entry, 'hparams.json')
+      if os.path.isfile(hparams_path):
+        with open(hparams_path) as f:
+          hparams = json.load(f)
+        recorded = {k: hparams.get(k) for k in ('task', 'algorithm',
+                                                'server_opt')}
+        break
+  if recorded is not None:
+    differ = [k for k in identity if k in recorded and recorded[k] !=
+              identity[k]]
+    if differ:
+      what = '; '.join(f'{k} {recorded[k]!r} there, {identity[k]!r} now'
+                       for k in differ)
+      raise UsageError(f'--sweep_dir={sweep_dir} holds a sweep with other '
+                       f'settings ({what}); use another --sweep_dir (nothing '
+                       'was changed).')
+  os.makedirs(sweep_dir, exist_ok=True)
+  with open(path, 'w') as f:
+    json.dump(identity, f, indent=2, sort_keys=True)
 
 
 def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
@@ -612,6 +659,13 @@ def main(argv: Sequence[str],
           point, output_dir=os.path.join(sweep_dir, point.name),
           train_flags=FLAGS.train_flag, **settings)))
     return
+  try:
+    claim_sweep_dir(sweep_dir, dict(
+        task=FLAGS.task, algorithm=FLAGS.algorithm,
+        server_opt=FLAGS.server_opt,
+        train_flags=sorted(FLAGS.train_flag or [])))
+  except UsageError as e:
+    _fail(str(e))
   outcome = run_sweep(points, sweep_dir=sweep_dir,
                       train_flags=FLAGS.train_flag, parallel=FLAGS.parallel,
                       launcher=launcher,

@@ -182,8 +182,40 @@ def test_resumed_sweep_launches_only_unfinished_points(tmp_path):
   assert _run_main([
       '--task=digits', '--server_opt=yogi', '--client_lrs=0.1,0.01',
       '--server_lrs=1,0.1', '--taus=0.001', '--rounds=20',
-      f'--sweep_dir={sweep_dir}'
+      f'--sweep_dir={sweep_dir}', '--train_flag=--clients_per_round=5'
   ], _never) == 0
+
+
+@pytest.mark.parametrize('change, what', [
+    (['--server_opt=adam', '--train_flag=--clients_per_round=5'],
+     "server_opt 'yogi' there, 'adam' now"),
+    (['--server_opt=yogi'], "train_flags ['--clients_per_round=5'] there, "
+     '[] now'),
+    (['--server_opt=yogi', '--algorithm=fedprox',
+      '--train_flag=--clients_per_round=5'],
+     "algorithm 'fedopt' there, 'fedprox' now"),
+])
+def test_sweep_dir_of_another_sweep_is_refused(tmp_path, capsys, change,
+                                               what):
+  """Issue 16.2: a point's identity is all of its settings."""
+  sweep_dir = str(tmp_path)
+  grid = ['--task=digits', '--client_lrs=0.1', '--server_lrs=1',
+          '--taus=0.001', '--rounds=20', f'--sweep_dir={sweep_dir}']
+
+  def record(argv, log_path):
+    del log_path
+    write_run(_output_dir(argv), [0.5] * 20)
+    return 0
+
+  assert _run_main([*grid, '--server_opt=yogi',
+                    '--train_flag=--clients_per_round=5'], record) == 0
+  before = _summary(sweep_dir)
+  capsys.readouterr()
+  assert _run_main([*grid, *change], _never) == 2
+  assert capsys.readouterr().err == (
+      f'sweep: error: --sweep_dir={sweep_dir} holds a sweep with other '
+      f'settings ({what}); use another --sweep_dir (nothing was changed).\n')
+  assert _summary(sweep_dir) == before
 
 
 def test_failed_and_diverged_points(tmp_path, capsys):
