@@ -60,3 +60,25 @@ def test_watchdog_exits_when_its_worker_stops_first():
   finally:
     worker.kill()
     watchdog.kill()
+
+
+def test_closed_port_fails_fast_instead_of_waiting_the_timeout(monkeypatch):
+  """Issue 16.7: a refused connection is not retried for the full timeout."""
+  import socket  # pylint: disable=g-import-not-at-top
+  from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(runtime, 'REFUSED_GRACE', 1.0)
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]  # Closed once the block ends.
+  address = f'127.0.0.1:{port}'
+  started = time.monotonic()
+  try:
+    runtime.wait_for_worker(runtime.worker_channel(address), address,
+                            timeout=30)
+  except runtime.WorkerError as e:
+    message = str(e)
+  assert time.monotonic() - started < 10
+  assert message.startswith(f'worker {address} refuses connections (nothing '
+                            'listens on that port; UNAVAILABLE: ')
+  assert message.endswith('Start one there with `python -m binaries.worker '
+                          '--port=PORT`, or check the port.')

@@ -479,21 +479,28 @@ class _WorkerStub(remote_executor_stub.RemoteExecutorStub):
     return self._connectivity == grpc.ChannelConnectivity.READY
 
 
+REFUSED_GRACE = 10.0  # Seconds a refused port is retried (a worker starting).
+
+
 def wait_for_worker(channel: grpc.Channel, address: str,
                     timeout: float) -> None:
   """Waits until `channel` reaches a TFF worker, or raises.
 
   Probes with a method no server implements: any answer (UNIMPLEMENTED)
-  proves that the connection, and its TLS handshake, work. A refused
-  connection is retried until `timeout` (the worker may be starting); the
-  last gRPC error (e.g. a certificate that does not verify) is reported.
+  proves that the connection, and its TLS handshake, work. An unreachable
+  host is retried until `timeout`; a refused connection (the host answers,
+  nothing listens on the port) only for `REFUSED_GRACE` seconds, enough for
+  a worker that is starting, so a wrong port fails fast. The last gRPC error
+  (e.g. a certificate that does not verify) is reported.
 
   Raises:
-    WorkerError: If the worker does not answer within `timeout` seconds.
+    WorkerError: If the worker does not answer within `timeout` seconds, or
+      refuses connections for `REFUSED_GRACE` seconds.
   """
   probe = channel.unary_unary('/tff_opt.Probe/Ping')
   deadline = time.monotonic() + timeout
   last = 'no answer'
+  refused_since = None
   while True:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
@@ -506,6 +513,16 @@ def wait_for_worker(channel: grpc.Channel, address: str,
           grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return
       last = _error_line(e)
+      if 'refused' in last.lower():
+        refused_since = refused_since or time.monotonic()
+        if time.monotonic() - refused_since >= REFUSED_GRACE:
+          raise WorkerError(
+              address, f'worker {address} refuses connections (nothing '
+              f'listens on that port; {last}). Start one there with '
+              '`python -m binaries.worker --port=PORT`, or check the port.'
+          ) from e
+      else:
+        refused_since = None
     time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
   raise WorkerError(
       address, f'worker {address} is not reachable within {timeout:g} s '
