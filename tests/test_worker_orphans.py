@@ -8,10 +8,24 @@ import time
 
 import psutil
 
+# A trainer as binaries.train runs one: local context, one round of the
+# training loop (which gives the worker its watchdog), then still busy.
 _TRAINER = """
-import sys, time
-from tff_opt import runtime
+import time
+import tensorflow as tf
+import tensorflow_federated as tff
+from tests import tiny
+from tff_opt import algorithms, runtime, training_loop
 runtime.set_local_execution_context()
+process = algorithms.build_fed_opt(
+    tiny.model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+x, y = tiny.make_clients(num_clients=1)[0]
+training_loop.run_training(
+    process, client_ids=['a'], clients_per_round=1, rounds=1,
+    client_dataset_fn=lambda _: tf.data.Dataset.from_tensor_slices(
+        (x, y)).batch(4), initial_state=process.initialize(), log=None)
 print(' '.join(str(w.pid) for w in runtime.worker_children()), flush=True)
 time.sleep(600)
 """

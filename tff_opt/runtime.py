@@ -9,7 +9,8 @@ exit hook that terminates every `worker_binary` this process started; SIGTERM
 and SIGHUP are turned into a normal exit so the hook also runs then.
 
 Nothing runs in a process killed by SIGKILL (or the OOM killer), so each
-worker this module starts also gets a watchdog (`watch_workers`): a small
+worker gets a watchdog (`watch_workers`, called by `start_worker` and by
+`training_loop.run_training` after its first round): a small
 `sh` loop, in its own session and with no open pipes, that checks every
 second whether this process is alive and, once it is gone, stops the worker
 (SIGTERM, then SIGKILL) if that pid is still a `worker_binary`; it exits by
@@ -168,14 +169,16 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
                                    *,
                                    intra_op_threads: int | None = None,
                                    onednn: bool | None = None):
-  """TFF's local C++ execution context, its worker started and watched.
+  """TFF's local C++ execution context, its worker started if settings say so.
 
-  The context's worker is started here, with a watchdog (module
-  docstring) and with the TensorFlow settings `intra_op_threads` and
-  `onednn` in its environment (`tff_opt.worker_env`; this process's own
-  environment is left as it was), not on the first computation as in TFF.
-  Several such contexts (each with its own worker) can live side by side,
-  installed in turn with `tff.framework.get_context_stack().install(context)`.
+  When `intra_op_threads` or `onednn` is given, the context's worker is
+  started here (with a watchdog, see the module docstring), with those
+  TensorFlow settings in its environment (`tff_opt.worker_env`; this
+  process's own environment is left as it was); otherwise it starts on the
+  first computation, as in TFF, and `training_loop.run_training` gives it
+  its watchdog after the first round (`watch_workers`). Several such
+  contexts (each with its own worker) can live side by side, installed in
+  turn with `tff.framework.get_context_stack().install(context)`.
 
   Args:
     max_concurrent_clients: At most this many client computations run at
@@ -201,10 +204,9 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
   _install_hooks()
   context = tff.backends.native.create_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=(max_concurrent_clients or -1))
-  # Started now rather than on the first computation, so that its watchdog
-  # starts with it.
-  with _environment(env):
-    start_worker(context)
+  if env:
+    with _environment(env):
+      start_worker(context)
   return context
 
 

@@ -55,6 +55,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import client_states as client_states_lib
+from tff_opt import runtime
 
 METRICS_FILE = 'metrics.csv'
 CHECKPOINT_DIR = 'checkpoints'
@@ -404,6 +405,9 @@ def run_training(
     else:
       output = process.next(state, datasets)
     state = output.state
+    if round_num == start_round + 1:
+      # The local worker is up now: it must not outlive this process.
+      runtime.watch_workers()
     row = {'round': round_num}
     row.update(flatten_metrics(output.metrics))
     if row.get('update_non_finite'):
