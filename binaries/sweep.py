@@ -636,8 +636,19 @@ def main(argv: Sequence[str],
   """Parses `argv` (program name first), runs the sweep, reports.
 
   Exits with status 2 and one `sweep: error: ...` line on a usage error or
-  when points failed (after writing the summary of the others).
+  when points failed (after writing the summary of the others); with status
+  130 and one line on Ctrl-C (finished points are kept; a re-run resumes).
   """
+  try:
+    _main(argv, launcher)
+  except KeyboardInterrupt:
+    print('sweep: interrupted; resume with the same command',
+          file=sys.stderr, flush=True)
+    sys.exit(130)
+
+
+def _main(argv: Sequence[str], launcher: Launcher) -> None:
+  """`main` without the Ctrl-C handling."""
   if not parse_argv(argv, FLAGS, __doc__, _fail):
     return
   try:

@@ -374,3 +374,17 @@ def test_rejected_round_in_window_scores_infinity_even_with_a_zero_loss():
   rows[140] = {'round': 141, 'train_loss': 0.5, 'update_non_finite': 0.0}
   rows[40] = {'round': 41, 'train_loss': 0.0, 'update_non_finite': 1.0}
   assert analysis.selection_score(rows) == pytest.approx(0.5)
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
+  # Issue 16.4: Ctrl-C used to print a KeyboardInterrupt traceback.
+  def interrupted(argv, log_path):
+    raise KeyboardInterrupt
+
+  assert _run_main([
+      '--task=digits', '--server_opt=yogi', '--client_lrs=0.1',
+      '--server_lrs=1', '--taus=0.001', '--rounds=20',
+      f'--sweep_dir={tmp_path}'
+  ], interrupted) == 130
+  assert capsys.readouterr().err == (
+      'sweep: interrupted; resume with the same command\n')
