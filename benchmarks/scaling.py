@@ -46,6 +46,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import tempfile
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
@@ -118,12 +119,19 @@ def _slope(xs, ys) -> float:
   return float(np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)[0])
 
 
-def memory_part(process, initial, rounds, every):
-  """Resident memory over `rounds` rounds of `training_loop.run_training`."""
+def memory_part(process, initial, rounds, every, checkpoint_every=10):
+  """Resident memory over `rounds` rounds of `training_loop.run_training`.
+
+  Checkpoints are saved every `checkpoint_every` rounds into a temporary
+  output directory, as `binaries.train` does (0: no output directory).
+  """
   print(f'\n[memory] FedOpt, {MEMORY_CLIENTS_PER_ROUND} of '
         f'{MEMORY_POPULATION} clients per round, datasets built every round, '
-        f'{rounds} rounds; RSS in MiB after the round (python + '
-        f'worker_binary); {common.load_average()}', flush=True)
+        f'{rounds} rounds, checkpoint every {checkpoint_every or "never"}; '
+        f'RSS in MiB after the round (python + worker_binary); '
+        f'{common.load_average()}', flush=True)
+  output_dir = (tempfile.mkdtemp(prefix='scaling_memory_')
+                if checkpoint_every else None)
   population = clients(MEMORY_POPULATION, seed=1)
   ids = [f'c{i:04d}' for i in range(MEMORY_POPULATION)]
   by_id = dict(zip(ids, population))
@@ -154,8 +162,12 @@ def memory_part(process, initial, rounds, every):
       clients_per_round=MEMORY_CLIENTS_PER_ROUND,
       rounds=rounds,
       seed=0,
+      output_dir=output_dir,
+      checkpoint_every=checkpoint_every or 1,
       initial_state=process.set_model_weights(process.initialize(), initial),
       log=on_round)
+  if output_dir:
+    shutil.rmtree(output_dir, ignore_errors=True)
   half = samples[len(samples) // 2:]
   totals = [own + workers for _, own, workers in samples]
   slope = _slope([r for r, _, _ in half], [o + w for _, o, w in half])
@@ -257,6 +269,9 @@ def _parse_args(argv):
                       help='Timed rounds per client count.')
   parser.add_argument('--memory_rounds', type=int, default=500)
   parser.add_argument('--memory_every', type=int, default=50)
+  parser.add_argument('--memory_checkpoint_every', type=int, default=10,
+                      help='save checkpoints every N rounds in the memory '
+                      'part, as binaries.train does (0: none)')
   parser.add_argument('--population', type=int, default=342477)
   parser.add_argument('--sample_rounds', type=int, default=20)
   parser.add_argument('--sqlite_dir', default='/tmp/tff_opt_bench')
@@ -311,7 +326,8 @@ def main(argv=None):
       if 'time' in args.parts:
         time_part(process, initial, args.clients, args.rounds)
       if 'memory' in args.parts:
-        memory_part(process, initial, args.memory_rounds, args.memory_every)
+        memory_part(process, initial, args.memory_rounds, args.memory_every,
+                    args.memory_checkpoint_every)
     if 'population' in args.parts:
       population_part(args.population, args.sqlite_dir, args.sample_rounds)
   finally:
