@@ -10,9 +10,21 @@ measure labels as the paper lays them out) and how to run it at two scales:
 
 - `paper`: the paper's setting (its task, partition, model, rounds, clients,
   participation, batch size, learning rate); needs the datasets.
-- `small`: an offline stand-in on `digits` (scikit-learn's 8x8 digits) with
-  the same kind of partition, few rounds and one seed. Its numbers are NOT
-  comparable with the paper's; every table it writes says so.
+- `small`: an offline stand-in with the same kind of partition, few rounds
+  and one seed, on one of `STAND_INS`: `mnist5k` (default: 5,000 real
+  28x28 MNIST digits, `make data`) or `digits` (scikit-learn's 8x8 digits,
+  no file needed: the fast smoke setting). Its numbers are NOT comparable
+  with the paper's; every table it writes says so.
+
+Each table's small scale is written once, on `digits` (`Table.small`);
+`Table.scale('small', stand_in='mnist5k')` derives the MNIST-5k grid from it
+by `on_stand_in`: `--task=digits` becomes `--task=mnist5k` and each digits
+model becomes its MNIST-5k counterpart (`STAND_IN_MODELS`: the digits CNN ->
+`small_cnn`, its batch-norm variant -> FedBN's `fedbn_cnn`; `mtt_convnet`
+fits both), everything else (partition, clients, rounds, learning rates)
+unchanged. Choice: the stand-ins' untuned learning rates are kept on
+MNIST-5k rather than re-tuned, so the two stand-ins differ only in data and
+model.
 
 What each cell measures (`Measure.kind`, on `metrics.csv`):
 
@@ -58,6 +70,9 @@ PAPER_TITLES = {
     'fedopt': 'Adaptive Federated Optimization (Reddi et al.)',
 }
 SCALES = ('small', 'paper')
+# What stands in for the paper's data at --scale=small; the first is the
+# default.
+STAND_INS = ('mnist5k', 'digits')
 
 # --- Names of the stand-ins' partitions (task options of `digits`) ----------
 # The partitioners live in tasks/partitioners.py and are chosen on `digits`
@@ -77,6 +92,16 @@ FEDDYN_ALPHA_FLAG = '--feddyn_alpha'
 STAND_IN_TASK = 'digits'
 # FedBN needs batch norm: the stand-in's CNN with batch norm after each conv.
 BN_STAND_IN_MODEL = 'cnn_bn'
+# The digits model -> the same role's model on MNIST-5k (`on_stand_in`).
+STAND_IN_MODELS = {'mnist5k': {'cnn': 'small_cnn', BN_STAND_IN_MODEL:
+                               'fedbn_cnn', 'mtt_convnet': 'mtt_convnet'},
+                   'digits': {}}
+# How each stand-in's data are named in a table's stand-in sentence.
+_STAND_IN_DATA = {
+    'digits': 'scikit-learn digits (8x8, 1,437 train examples)',
+    'mnist5k': 'MNIST-5k (real 28x28 MNIST digits, 4,000 train and 1,000 '
+               'test images)',
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,12 +226,65 @@ class Table:
   small: Scale
   notes: tuple[str, ...] = ()
 
-  def scale(self, name: str) -> Scale:
-    """The `Scale` called `name` ('small' or 'paper')."""
+  def scale(self, name: str, stand_in: str = STAND_INS[0]) -> Scale:
+    """The `Scale` called `name` ('small' or 'paper').
+
+    Args:
+      name: 'small' or 'paper'.
+      stand_in: At 'small', one of `STAND_INS` (ignored at 'paper').
+
+    Raises:
+      ValueError: If `name` or `stand_in` is unknown.
+    """
     if name not in SCALES:
       raise ValueError(f'scale must be one of {", ".join(SCALES)}, got '
                        f'{name!r}.')
-    return self.small if name == 'small' else self.paper_scale
+    if name == 'paper':
+      return self.paper_scale
+    return on_stand_in(self.small, stand_in)
+
+
+def _retarget(argv: Sequence[str], stand_in: str) -> tuple[str, ...]:
+  models = STAND_IN_MODELS[stand_in]
+  out = []
+  for arg in argv:
+    if arg == f'--task={STAND_IN_TASK}':
+      arg = f'--task={stand_in}'
+    elif arg.startswith('--task_option=model='):
+      model = arg.split('=', 2)[2]
+      arg = f'--task_option=model={models.get(model, model)}'
+    out.append(arg)
+  return tuple(out)
+
+
+def on_stand_in(scale: Scale, stand_in: str) -> Scale:
+  """`scale`, written on `digits`, run on the stand-in `stand_in`.
+
+  `--task=digits` becomes `--task=<stand_in>` and each digits model its
+  counterpart (`STAND_IN_MODELS`), in the scale's, its settings' and its
+  methods' flags; the stand-in sentence names the data. Flags of other tasks
+  (a claim's own grid) are left as they are.
+
+  Raises:
+    ValueError: If `stand_in` is not one of `STAND_INS`.
+  """
+  if stand_in not in STAND_INS:
+    raise ValueError(f'stand_in must be one of {", ".join(STAND_INS)}, got '
+                     f'{stand_in!r}.')
+  if stand_in == STAND_IN_TASK:
+    return scale
+  note = scale.stand_in
+  if note is not None:
+    note = note.replace(_STAND_IN_DATA[STAND_IN_TASK],
+                        _STAND_IN_DATA[stand_in])
+  return dataclasses.replace(
+      scale,
+      settings=tuple(dataclasses.replace(s, flags=_retarget(s.flags, stand_in))
+                     for s in scale.settings),
+      flags=_retarget(scale.flags, stand_in),
+      method_flags={label: _retarget(flags, stand_in)
+                    for label, flags in scale.method_flags.items()},
+      stand_in=note)
 
 
 def _row(values: Sequence[Optional[float]],
@@ -337,9 +415,9 @@ def _fedfor_columns(rounds, target):
   return cols
 
 
-_SMALL_NOTE = ('STAND-IN: scikit-learn digits (8x8, 1,437 train '
-               'examples) with {what}; few rounds and seeds. Not the '
-               "paper's setting: compare orderings, not numbers.")
+_SMALL_NOTE = ('STAND-IN: ' + _STAND_IN_DATA[STAND_IN_TASK] + ' with '
+               "{what}; few rounds and seeds. Not the paper's setting: "
+               'compare orderings, not numbers.')
 
 # Table 2: prior shift, imbalanced CIFAR-10, stateless algorithms.
 _T2_COLS = _fedfor_columns(_FEDFOR_T2_ROUNDS, None)
@@ -993,7 +1071,8 @@ FEDOPT_T1 = Table(
     notes=('At --scale=paper the learning rates and tau of each optimizer '
            'are the task\'s defaults, from the paper\'s Tables 8-9 '
            '(tasks/paper_settings.py).',
-           'At --scale=small one digits row stands in for the CIFAR-10 row.'))
+           'At --scale=small one stand-in row (MNIST-5k, or digits) stands in '
+           'for the CIFAR-10 row.'))
 
 # Table 11: EMNIST CR with a constant client lr or ExpDecay.
 FEDOPT_T11 = Table(

@@ -1,6 +1,7 @@
 r"""Runs one of the papers' result tables and writes it, laid out as printed.
 
     python -m binaries.reproduce --paper=fedopt --table=1 --scale=small
+    python -m binaries.reproduce --paper=fedopt --table=1 --stand_in=digits
     python -m binaries.reproduce --paper=fedfor --table=2 --scale=paper \
         --data_dir=D --seeds=3 --parallel=2 --out_dir=results/reproduce
     python -m binaries.reproduce --paper=fedcurv --table=1 --dry_run
@@ -10,7 +11,8 @@ FedPTR 1-2, Reddi et al. (fedopt) 1 and 11. Every grid point (method x
 setting x seed) is one `python -m binaries.train` run with its own
 `--output_dir`, at most `--parallel` at once (`binaries.sweep.run_jobs`).
 Running the same command again skips finished points and resumes the
-others from their checkpoints. In `<out_dir>/<paper>_table<N>_<scale>/`:
+others from their checkpoints. In `<out_dir>/<paper>_table<N>_<scale>/`
+(`..._small_digits/` for the digits stand-in):
 
     runs/<point>/   each point's binaries.train output (metrics.csv, ...)
     logs/           each point's log
@@ -18,10 +20,13 @@ others from their checkpoints. In `<out_dir>/<paper>_table<N>_<scale>/`:
                     mean +- std over seeds, then the paper's printed number
     table.csv       the same, one column per (cell, ours/paper, mean/std)
 
-`--scale=small` (default) runs an offline stand-in on `digits` with the same
-kind of partition, few rounds and one seed; every output says that it is a
-stand-in. `--scale=paper` is the paper's setting and needs its datasets
-(`--data_dir`).
+`--scale=small` (default) runs an offline stand-in with the same kind of
+partition, few rounds and one seed; every output says that it is a
+stand-in. Its data (`--stand_in`): `mnist5k` (default; 5,000 real MNIST
+digits, read from `<data_dir>/mnist_5k.csv.gz`, `--data_dir` defaulting to
+`data/` where `make data` puts it) or `digits` (scikit-learn's 8x8 digits,
+no file: the fast smoke setting). `--scale=paper` is the paper's setting
+and needs its datasets (`--data_dir`).
 
 Before anything runs, every point's flags are checked against this
 package: its algorithm and task must be registered, its `binaries.train`
@@ -53,6 +58,8 @@ from binaries import sweep  # pylint: disable=g-import-not-at-top
 from tff_opt import analysis  # pylint: disable=g-import-not-at-top
 
 RUNS_DIR = 'runs'
+# Where `make data` puts mnist_5k.csv.gz: the mnist5k stand-in's default.
+MNIST5K_DATA_DIR = 'data'
 TABLE_MD = 'table.md'
 TABLE_CSV = 'table.csv'
 
@@ -62,8 +69,13 @@ flags.DEFINE_enum('paper', None, list(paper_tables.PAPERS), 'The paper.',
                   **_F)
 flags.DEFINE_string('table', None, 'The table number in the paper.', **_F)
 flags.DEFINE_enum('scale', 'small', list(paper_tables.SCALES),
-                  'small: offline digits stand-in, minutes; paper: the '
+                  'small: offline stand-in (see --stand_in); paper: the '
                   'paper\'s setting, needs the datasets.', **_F)
+flags.DEFINE_enum('stand_in', paper_tables.STAND_INS[0],
+                  list(paper_tables.STAND_INS),
+                  'The data of --scale=small: mnist5k (real MNIST digits, '
+                  '`make data`) or digits (8x8, no file; fast smoke run).',
+                  **_F)
 flags.DEFINE_integer('seeds', None, 'Seeds per point (0..K-1). Default: the '
                      'table\'s at that scale.', lower_bound=1, **_F)
 flags.DEFINE_string('out_dir', 'results/reproduce', 'Where the table\'s '
@@ -71,7 +83,8 @@ flags.DEFINE_string('out_dir', 'results/reproduce', 'Where the table\'s '
 flags.DEFINE_integer('parallel', 1, 'Points trained at once.', lower_bound=1,
                      **_F)
 flags.DEFINE_string('data_dir', None, 'Dataset directory passed to every '
-                    'run (--scale=paper).', **_F)
+                    'run. Default: none at --scale=paper; '
+                    f'{MNIST5K_DATA_DIR}/ for the mnist5k stand-in.', **_F)
 flags.DEFINE_boolean('dry_run', False, 'Check every point, print the runs '
                      'it would launch; run nothing.', **_F)
 
@@ -107,18 +120,28 @@ def runs_in(method: paper_tables.Method,
                                      setting.label in method.settings)
 
 
-def table_dir(out_dir: str, table: paper_tables.Table, scale: str) -> str:
-  """`<out_dir>/<paper>_table<N>_<scale>`."""
-  return os.path.join(out_dir, f'{table.paper}_table{table.number}_{scale}')
+def table_dir(out_dir: str, table: paper_tables.Table, scale: str,
+              stand_in: str = paper_tables.STAND_INS[0]) -> str:
+  """`<out_dir>/<paper>_table<N>_<scale>[_<stand_in>]`.
+
+  The default stand-in adds nothing (`..._small`); another one is named
+  (`..._small_digits`), so the two stand-ins' runs never share a directory.
+  """
+  suffix = ('' if scale == 'paper' or stand_in == paper_tables.STAND_INS[0]
+            else f'_{stand_in}')
+  return os.path.join(out_dir,
+                      f'{table.paper}_table{table.number}_{scale}{suffix}')
 
 
 def grid(table: paper_tables.Table, scale: str, *, seeds: int, work_dir: str,
-         data_dir: Optional[str] = None) -> list[Point]:
+         data_dir: Optional[str] = None,
+         stand_in: str = paper_tables.STAND_INS[0]) -> list[Point]:
   """Every run of the table at `scale`: methods x settings x seeds.
 
   Args:
     table: The table.
     scale: 'small' or 'paper'.
+    stand_in: The data of the small scale (`paper_tables.STAND_INS`).
     seeds: Seeds 0..seeds-1 per (method, setting).
     work_dir: The table's directory (`table_dir`).
     data_dir: Passed to every run as `--data_dir` when given.
@@ -131,7 +154,7 @@ def grid(table: paper_tables.Table, scale: str, *, seeds: int, work_dir: str,
   """
   if seeds < 1:
     raise ValueError(f'seeds must be a positive integer, got {seeds}.')
-  spec = table.scale(scale)
+  spec = table.scale(scale, stand_in)
   points = []
   for method in table.methods:
     for setting in spec.settings:
@@ -443,9 +466,10 @@ def layout(table: paper_tables.Table, scale: str
 
 def render_markdown(table: paper_tables.Table, scale: str,
                     cells: dict[tuple[str, str, str], Cell], *,
-                    seeds: int) -> str:
+                    seeds: int,
+                    stand_in: str = paper_tables.STAND_INS[0]) -> str:
   """The table as Markdown: `ours (paper ...)` in every cell."""
-  spec = table.scale(scale)
+  spec = table.scale(scale, stand_in)
   headers, rows = layout(table, scale)
   lines = [f'# {paper_tables.PAPER_TITLES[table.paper]}: Table '
            f'{table.number}', '', table.title + '.', '']
@@ -549,12 +573,17 @@ def main(argv: Sequence[str],
     except ValueError as e:
       raise UsageError(str(e)) from e
     scale = FLAGS.scale
-    spec = table.scale(scale)
+    stand_in = FLAGS.stand_in
+    spec = table.scale(scale, stand_in)
     seeds = FLAGS.seeds or spec.seeds
-    work_dir = table_dir(FLAGS.out_dir, table, scale)
+    work_dir = table_dir(FLAGS.out_dir, table, scale, stand_in)
+    data_dir = FLAGS.data_dir
+    if data_dir is None and scale == 'small' and stand_in == 'mnist5k':
+      data_dir = MNIST5K_DATA_DIR
     points = grid(table, scale, seeds=seeds, work_dir=work_dir,
-                  data_dir=FLAGS.data_dir)
-    where = f'{table.paper} table {table.number} (--scale={scale})'
+                  data_dir=data_dir, stand_in=stand_in)
+    where = (f'{table.paper} table {table.number} (--scale={scale}' +
+             (f', --stand_in={stand_in})' if scale == 'small' else ')'))
     check_points(points, where=where, load_data=load_data)
   except UsageError as e:
     _fail(str(e))
@@ -575,7 +604,8 @@ def main(argv: Sequence[str],
                            parallel=FLAGS.parallel, launcher=launcher,
                            log=lambda line: print(line, flush=True))
   cells = collect(table, scale, points)
-  markdown = render_markdown(table, scale, cells, seeds=seeds)
+  markdown = render_markdown(table, scale, cells, seeds=seeds,
+                             stand_in=stand_in)
   with open(os.path.join(work_dir, TABLE_MD), 'w') as f:
     f.write(markdown)
   write_csv(table, scale, cells, os.path.join(work_dir, TABLE_CSV))

@@ -82,6 +82,7 @@ def test_every_table_is_consistent(key):
                                                     setting.label)
   assert paper.stand_in is None and table.small.stand_in
   assert 'STAND-IN' in table.small.stand_in
+  assert 'STAND-IN' in table.scale('small').stand_in
   paper_settings = {s.label: s for s in paper.settings}
   for scale in (paper, table.small):
     for s in scale.settings:
@@ -123,10 +124,38 @@ def test_printed_numbers_as_the_papers_print_them():
                       'top-1')] == (56.9, 0.67)
 
 
-def test_stand_ins_run_the_papers_grid_on_digits():
+def test_stand_ins_run_the_papers_grid_on_mnist5k_or_digits():
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tasks import tfds_images  # pylint: disable=g-import-not-at-top
+  mnist5k_models = tfds_images.DATASETS['mnist5k'].models
   for table in paper_tables.TABLES.values():
-    for point in reproduce.grid(table, 'small', seeds=1, work_dir='w'):
-      assert reproduce._flag_value(point.argv, 'task') == 'digits'
+    digits = reproduce.grid(table, 'small', seeds=1, work_dir='w',
+                            stand_in='digits')
+    mnist = reproduce.grid(table, 'small', seeds=1, work_dir='w')
+    assert len(digits) == len(mnist)
+    for d, m in zip(digits, mnist):
+      assert reproduce._flag_value(d.argv, 'task') == 'digits'
+      assert reproduce._flag_value(m.argv, 'task') == 'mnist5k'
+      # Only the task and the model differ.
+      changed = [(a, b) for a, b in zip(d.argv, m.argv) if a != b]
+      assert len(d.argv) == len(m.argv)
+      assert all(a.startswith(('--task=', '--task_option=model='))
+                 for a, _ in changed), changed
+      model = reproduce._flag_value(
+          [a.replace('--task_option=model', '--model', 1) for a in m.argv],
+          'model')
+      assert model is None or model in mnist5k_models
+      digits_model = reproduce._flag_value(
+          [a.replace('--task_option=model', '--model', 1) for a in d.argv],
+          'model')
+      assert digits_model in (None, 'cnn_bn', 'mtt_convnet')
+      assert model == {None: None, 'cnn_bn': 'fedbn_cnn',
+                       'mtt_convnet': 'mtt_convnet'}[digits_model]
+    assert _DIGITS_NOTE in table.scale('small', 'digits').stand_in
+    note = table.scale('small').stand_in
+    assert 'MNIST-5k (real 28x28 MNIST digits' in note
+    assert _DIGITS_NOTE not in note
+  assert tasks.task_options('mnist5k')['model'] == 'small_cnn'
   curv = paper_tables.get_table('fedcurv', '1')
   # 50 local epochs of 24 clients are too slow here: E/10 at small scale.
   assert [reproduce._flag_value(s.flags, 'client_epochs')
@@ -134,6 +163,34 @@ def test_stand_ins_run_the_papers_grid_on_digits():
   assert [reproduce._flag_value(s.flags, 'client_epochs')
           for s in curv.paper_scale.settings] == ['50', '10']
   assert 'E/10' in curv.small.stand_in
+
+
+_DIGITS_NOTE = 'scikit-learn digits (8x8, 1,437 train examples)'
+
+
+def test_the_stand_ins_have_their_own_directories_and_data_dir(tmp_path,
+                                                                capsys):
+  out = str(tmp_path)
+  assert _main(['--paper=fedopt', '--table=11', '--dry_run',
+                f'--out_dir={out}'], _never) == 0
+  lines = [l for l in capsys.readouterr().out.splitlines()
+           if l.startswith('python -m binaries.train ')]
+  assert all(' --task=mnist5k ' in l and ' --data_dir=data ' in l and
+             f'{out}/fedopt_table11_small/runs/' in l for l in lines), lines
+  assert _main(['--paper=fedopt', '--table=11', '--dry_run',
+                '--stand_in=digits', '--data_dir=D', f'--out_dir={out}'],
+               _never) == 0
+  lines = [l for l in capsys.readouterr().out.splitlines()
+           if l.startswith('python -m binaries.train ')]
+  assert all(' --task=digits ' in l and ' --data_dir=D ' in l and
+             f'{out}/fedopt_table11_small_digits/runs/' in l for l in lines)
+
+
+def test_unknown_stand_in_is_refused():
+  table = paper_tables.get_table('fedopt', '1')
+  with pytest.raises(ValueError, match="stand_in must be one of mnist5k, "
+                     "digits, got 'emnist'"):
+    table.scale('small', 'emnist')
 
 
 def test_unknown_paper_and_table_are_refused(capsys):
@@ -293,10 +350,11 @@ def test_a_run_with_other_settings_is_refused_before_any_run(tmp_path,
                _never) == 2
   err = capsys.readouterr().err
   assert err.startswith(
-      'reproduce: error: fedopt table 1 (--scale=small): point '
+      'reproduce: error: fedopt table 1 (--scale=small, --stand_in=mnist5k): '
+      'point '
       f'fedavg__cifar_10__seed0: --output_dir={point_dir} holds a run with '
       'other settings: ')
-  assert '--client_epochs=2 (saved run: 50)' in err
+  assert "--client_epochs=1 (saved run: 50)" in err  # mnist5k: 1 epoch
   assert err.count('\n') == 1
 
 
@@ -323,7 +381,8 @@ def test_unregistered_algorithm_is_refused_before_any_run(tmp_path, capsys,
   assert _main(['--paper=fedfor', '--table=3', f'--out_dir={tmp_path}'],
                _never) == 2
   assert capsys.readouterr().err == (
-      'reproduce: error: fedfor table 3 (--scale=small) cannot run here: '
+      'reproduce: error: fedfor table 3 (--scale=small, --stand_in=mnist5k) '
+      'cannot run here: '
       '--algorithm=feddyn is not registered (registered: ' +
       ', '.join(algorithms) + '), needed by FedDYN.\n')
 
@@ -360,9 +419,9 @@ def test_one_small_point_trains_for_real(tmp_path, monkeypatch):
     del log_path
     return binary.run_train(*argv)
 
-  assert _main(['--paper=fedopt', '--table=1', f'--out_dir={tmp_path}'],
-               in_process, load_data=True) == 0
-  work = os.path.join(tmp_path, 'fedopt_table1_small')
+  assert _main(['--paper=fedopt', '--table=1', '--stand_in=digits',
+                f'--out_dir={tmp_path}'], in_process, load_data=True) == 0
+  work = os.path.join(tmp_path, 'fedopt_table1_small_digits')
   row = _csv(os.path.join(work, 'table.csv'))['CIFAR-10']
   accuracy = float(row['FedAvg ours'])
   assert 0 <= accuracy <= 100
