@@ -10,8 +10,9 @@ rounds r+1... exactly as an uninterrupted run would.
 Files in `output_dir`:
   metrics.csv      one row per round; rewritten atomically after each round
   tensorboard/     the same scalars as TensorBoard events
-  checkpoints/     `tff.program.FileProgramStateManager` program states,
-                   one every `checkpoint_every` rounds and after the last
+  checkpoints/     program states (`checkpoints.NumpyProgramStateManager`:
+                   TFF's directory layout, one NumPy file each), one every
+                   `checkpoint_every` rounds and after the last
 
 Processes with per-client state (`client_states.ClientStatefulProcess`,
 e.g. SCAFFOLD): the loop keeps `{client_id: state}` for the clients seen so
@@ -54,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checkpoints
 from tff_opt import client_states as client_states_lib
 from tff_opt import runtime
 
@@ -357,7 +359,7 @@ def run_training(
     os.makedirs(output_dir, exist_ok=True)
     checkpoint_dir = os.path.join(output_dir, CHECKPOINT_DIR)
     _remove_stale_temp_dirs(checkpoint_dir, log)
-    manager = tff.program.FileProgramStateManager(
+    manager = checkpoints.NumpyProgramStateManager(
         checkpoint_dir, keep_total=3, keep_first=True)
     saved, version = _load_newest_readable(
         manager, checkpoint_structure(initial_state, {}), checkpoint_dir, log)
