@@ -627,6 +627,18 @@ def run(hparams: dict) -> None:
     raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
   except training_loop.UnreadableCheckpointsError as e:
     raise UsageError(str(e)) from e
+  except Exception as e:  # pylint: disable=broad-except
+    reason = data_errors.damaged_sqlite_reason(e)
+    if reason is None:
+      raise
+    # TF's SQL dataset read a damaged file inside a round (or the Stack
+    # Overflow sampler did): one line, the results so far kept.
+    raise UsageError(
+        f'--task={hparams["task"]}: a data file in --data_dir='
+        f'{hparams["data_dir"] or data_errors.default_data_dir()} became '
+        f'unreadable during the run ({reason}). The results in '
+        f'{hparams["output_dir"]} are intact: restore the file and run the '
+        'same command again to resume from the last checkpoint.') from e
   if hparams.get('final_full_eval'):
     _final_full_eval(hparams, task, evaluation,
                      process.get_model_weights(result.state))

@@ -9,7 +9,9 @@ SQLite file that is there but is not a database, or lacks TFF's tables, is a
 `BadDataError` naming the file and what was expected. Both are `DataError`s.
 """
 
+import contextlib
 import os
+import re
 import sqlite3
 
 
@@ -91,6 +93,45 @@ def check_tff_sqlite(task: str, path: str) -> None:
     raise BadDataError(task, path, f'has no table {", ".join(missing)}; '
                        f'expected TFF\'s format (tables '
                        f'{" and ".join(TFF_SQLITE_TABLES)})')
+
+
+# SQLite's own words for a damaged file, as sqlite3 raises them and as TF's
+# SqlDataset reports them from inside a round (through the TFF worker).
+_DAMAGED_SQLITE = re.compile(r'database disk image is malformed|file is not a '
+                             r'database|database or disk is full|disk I/O '
+                             r'error')
+
+
+def damaged_sqlite_reason(error: BaseException) -> str | None:
+  """SQLite's words if `error` says a database file is damaged, else None.
+
+  Recognises `sqlite3.DatabaseError` (read in Python) and the errors a TFF
+  round raises when TF's SQL dataset fails inside the worker (a gRPC error
+  whose text carries SQLite's message).
+  """
+  match = _DAMAGED_SQLITE.search(str(error))
+  if match:
+    return match.group(0)
+  if isinstance(error, sqlite3.DatabaseError):
+    return str(error) or type(error).__name__
+  return None
+
+
+@contextlib.contextmanager
+def reading_sqlite(task: str, path: str):
+  """Turns SQLite errors while reading `path` into one `BadDataError`.
+
+  The schema check of `require_file` reads only the first page; damage
+  further in shows when the client ids or the rows are read.
+
+  Raises:
+    BadDataError: Naming `path` and SQLite's reason.
+  """
+  try:
+    yield
+  except sqlite3.DatabaseError as e:
+    raise BadDataError(task, path, f'is damaged ({damaged_sqlite_reason(e)}); '
+                       'rebuild it or copy it again') from e
 
 
 def tff_sqlite_instructions(filename: str) -> str:

@@ -90,6 +90,7 @@ def load_shakespeare(data_dir: str | None, use_synthetic_data: bool):
   Raises:
     data_errors.MissingDataError: If `<data_dir>/shakespeare.sqlite` is
       missing.
+    data_errors.BadDataError: If it is not TFF's format or is damaged.
   """
   if use_synthetic_data:
     synthetic = tff.simulation.datasets.shakespeare.get_synthetic()
@@ -99,8 +100,9 @@ def load_shakespeare(data_dir: str | None, use_synthetic_data: bool):
       data_errors.tff_sqlite_instructions(SQLITE_FILE) +
       ' Or build one from a text of Shakespeare\'s plays with '
       'python -m tools.make_shakespeare_sqlite.')
-  return tff.simulation.datasets.shakespeare.load_data(
-      cache_dir=os.path.dirname(path))
+  with data_errors.reading_sqlite('shakespeare', path):
+    return tff.simulation.datasets.shakespeare.load_data(
+        cache_dir=os.path.dirname(path))
 
 
 def create_shakespeare_task(

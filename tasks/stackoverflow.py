@@ -170,8 +170,9 @@ def _load(task: str, data_dir: str | None, use_synthetic_data: bool,
     # Most frequent first; ties keep the file's order (as TFF's sort).
     tags = [t for t, _ in sorted(counts.items(), key=lambda kv: kv[1],
                                  reverse=True)][:tag_vocab_size]
-  train, _, test = tff.simulation.datasets.stackoverflow.load_data(
-      cache_dir=os.path.dirname(path))
+  with data_errors.reading_sqlite(task, path):
+    train, _, test = tff.simulation.datasets.stackoverflow.load_data(
+        cache_dir=os.path.dirname(path))
   return train, test, words, tags
 
 

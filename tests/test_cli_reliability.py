@@ -97,6 +97,98 @@ def test_corrupt_or_foreign_sqlite_is_one_line(tmp_path):
       "TFF's format (tables client_metadata and examples)")
 
 
+def _shakespeare_file(data_dir, clients=40):
+  """A TFF-format shakespeare.sqlite spanning many pages; returns its path."""
+  from tasks import sqlite_data  # pylint: disable=g-import-not-at-top
+  os.makedirs(data_dir, exist_ok=True)
+  path = os.path.join(data_dir, 'shakespeare.sqlite')
+  line = 'Now is the winter of our discontent made glorious summer. ' * 20
+  sqlite_data.write_sqlite(path, {
+      'train': {f'R{i:02d}': [{'snippets': line}] * 4 for i in range(clients)},
+      'test': {f'R{i:02d}': [{'snippets': line}] for i in range(clients)}})
+  return path
+
+
+def _damage_after_first_page(path):
+  """Overwrites every page but the schema page, as a bad disk would."""
+  size = os.path.getsize(path)
+  assert size > 20 * 4096  # Many pages: the damage is past the schema.
+  with open(path, 'r+b') as f:
+    f.seek(4096)
+    f.write(bytes(range(256)) * ((size - 4096) // 256))
+
+
+def test_sqlite_damaged_past_its_schema_is_one_line_at_start(tmp_path):
+  import tasks  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tasks import data_errors  # pylint: disable=g-import-not-at-top
+  path = _shakespeare_file(str(tmp_path))
+  _damage_after_first_page(path)
+  # The schema still reads: require_file's check passes, the rows do not.
+  data_errors.check_tff_sqlite('shakespeare', path)
+  spec = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=2)
+  with pytest.raises(data_errors.BadDataError) as e:
+    tasks.create_task('shakespeare', train_client_spec=spec,
+                      data_dir=str(tmp_path), lstm_units=4, lstm_layers=1)
+  assert str(e.value) == (
+      f"task 'shakespeare': {path} is damaged (database disk image is "
+      'malformed); rebuild it or copy it again')
+
+
+def test_sqlite_damaged_during_the_run_is_one_line_and_keeps_results(
+    tmp_path, capfd, monkeypatch):
+  """Issue 16.5: damage found mid-run (TF reads the rows in the worker)."""
+  from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
+  data_dir = str(tmp_path / 'data')
+  path = _shakespeare_file(data_dir)
+  run_training = training_loop.run_training
+
+  def damaging_after_round_1(*args, **kwargs):
+    log = kwargs['log']
+
+    def log_and_damage(line):
+      log(line)
+      if line.startswith('round 1/'):
+        _damage_after_first_page(path)
+    kwargs['log'] = log_and_damage
+    return run_training(*args, **kwargs)
+  monkeypatch.setattr(training_loop, 'run_training', damaging_after_round_1)
+  out = str(tmp_path / 'run')
+  assert binary.run_train(
+      '--task=shakespeare', f'--data_dir={data_dir}', '--rounds=3',
+      '--clients_per_round=2', '--eval_every=10', '--checkpoint_every=1',
+      '--task_option=lstm_units=4', '--task_option=lstm_layers=1',
+      f'--output_dir={out}') == 2
+  # capfd: the TFF worker started here needs real file descriptors.
+  err = capfd.readouterr().err
+  assert 'Traceback' not in err
+  assert err.splitlines()[-1] + '\n' == (
+      f'train: error: --task=shakespeare: a data file in --data_dir='
+      f'{data_dir} became unreadable during the run (database disk image '
+      f'is malformed). The results in {out} are intact: restore the file '
+      'and run the same command again to resume from the last checkpoint.\n')
+  with open(os.path.join(out, 'metrics.csv')) as f:
+    assert [line.split(',')[0] for line in f][1:] == ['1']
+  assert os.listdir(os.path.join(out, 'checkpoints')) == ['program_state_1']
+
+
+@pytest.mark.parametrize('error, reason', [
+    ('sqlite3', 'database disk image is malformed'),
+    ('Failed to run computation: Step() failed: [26] file is not a '
+     'database: SELECT serialized_example_proto FROM examples', 'file is '
+     'not a database'),
+    ('worker lost', None),
+])
+def test_damaged_sqlite_reason_reads_sqlite_and_worker_errors(error, reason):
+  import sqlite3  # pylint: disable=g-import-not-at-top
+  from tasks import data_errors  # pylint: disable=g-import-not-at-top
+  if error == 'sqlite3':
+    error = sqlite3.DatabaseError('database disk image is malformed')
+  else:
+    error = RuntimeError(error)
+  assert data_errors.damaged_sqlite_reason(error) == reason
+
+
 def test_binaries_import_tensorflow_without_its_start_up_noise():
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
