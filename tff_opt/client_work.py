@@ -97,6 +97,8 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+
 
 @dataclasses.dataclass(frozen=True)
 class PrecomputedHook:
@@ -173,8 +175,7 @@ def _count_batches(dataset: tf.data.Dataset) -> tf.Tensor:
 
 def _zero_if_non_finite(delta):
   """Returns (delta or zeros, 1 if any entry was non-finite else 0)."""
-  finite = tf.reduce_all(
-      [tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(delta)])
+  finite = checks.all_finite(delta)
   delta = tf.cond(finite, lambda: delta,
                   lambda: tf.nest.map_structure(tf.zeros_like, delta))
   return delta, tf.cast(tf.logical_not(finite), tf.int32)

@@ -60,6 +60,7 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
 from tff_opt import client_work as client_work_lib
 
 MOMENTUM_KEY = 'momentum'
@@ -173,11 +174,8 @@ class LocalEmaMomentum(tff.learning.optimizers.Optimizer):
     Raises:
       ValueError: If an argument is out of range; the message names it.
     """
-    if not learning_rate > 0:
-      raise ValueError(
-          f'learning_rate must be positive, got {learning_rate!r}.')
-    if not 0 <= momentum < 1:
-      raise ValueError(f'momentum must be in [0, 1), got {momentum!r}.')
+    checks.check_positive('learning_rate', learning_rate)
+    checks.check_unit_interval('momentum', momentum)
     self._learning_rate = learning_rate
     self._momentum = momentum
 
@@ -276,8 +274,7 @@ def build_fedadc_finalizer(
         w - alpha * eta * m
         for w, m in zip(tf.nest.flatten(weights.trainable), momentum)
     ]
-    finite = tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(t)) for t in momentum + trainable])
+    finite = checks.all_finite(momentum + trainable)
     old_momentum = tf.nest.flatten(state[MOMENTUM_KEY])
     old_trainable = tf.nest.flatten(weights.trainable)
     momentum = [tf.where(finite, a, b) for a, b in zip(momentum, old_momentum)]

@@ -65,6 +65,8 @@ from typing import Any, Optional, Union
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+
 _optimizer_lib = tff.learning.optimizers
 
 Float = Union[float, tf.Tensor]
@@ -86,27 +88,6 @@ CLIENT_OPTIMIZERS = ('sgd', 'sgdm', 'adam')
 
 # Paper defaults for beta_1 (Appendix D): 0 for FedAdagrad, 0.9 otherwise.
 _DEFAULT_BETA_1 = {_ADAGRAD: 0.0, _ADAM: 0.9, _YOGI: 0.9}
-
-
-def _is_python_value(value: Any) -> bool:
-  """Whether `value` can be checked now (it is not a symbolic tensor)."""
-  return not tf.is_symbolic_tensor(value)
-
-
-def _check_non_negative(name: str, value: Any) -> None:
-  if _is_python_value(value) and not float(value) >= 0.0:
-    raise ValueError(f'{name} must be non-negative, got {value}.')
-
-
-def _check_positive(name: str, value: Any) -> None:
-  if _is_python_value(value) and not float(value) > 0.0:
-    raise ValueError(f'{name} must be positive, got {value}.')
-
-
-def _check_unit_interval(name: str, value: Any) -> None:
-  """Checks that `value` is in [0, 1)."""
-  if _is_python_value(value) and not 0.0 <= float(value) < 1.0:
-    raise ValueError(f'{name} must be in [0, 1), got {value}.')
 
 
 def _adagrad_second_moment(v, g2, beta_2):
@@ -153,9 +134,9 @@ class _FedAdaptive(_optimizer_lib.Optimizer):
   def _validate(self, hparams: Mapping[str, Any]) -> None:
     for key, value in hparams.items():
       if key in (LEARNING_RATE_KEY, TAU_KEY):
-        _check_non_negative(key, value)
+        checks.check_non_negative(key, value)
       elif key in (BETA_1_KEY, BETA_2_KEY):
-        _check_unit_interval(key, value)
+        checks.check_unit_interval(key, value)
 
   def initialize(self, specs: Any) -> collections.OrderedDict[str, Any]:
     tau = self._hparams[TAU_KEY]
@@ -391,20 +372,20 @@ def build_server_optimizer(
                      f'{", ".join(SERVER_OPTIMIZERS)}.')
   # A server learning rate of 0 would never move the model: refused, as a
   # client learning rate of 0 is.
-  _check_positive(LEARNING_RATE_KEY, learning_rate)
+  checks.check_positive(LEARNING_RATE_KEY, learning_rate)
   if name == 'sgd':
     return _optimizer_lib.build_sgdm(learning_rate)
   if name == 'sgdm':
-    _check_unit_interval('momentum', momentum)
+    checks.check_unit_interval('momentum', momentum)
     return _optimizer_lib.build_sgdm(learning_rate, momentum=momentum)
 
   variant = name[len('tff_'):] if name.startswith('tff_') else name
   if beta_1 is None:
     beta_1 = _DEFAULT_BETA_1[variant]
-  _check_non_negative(TAU_KEY, tau)
-  _check_unit_interval(BETA_1_KEY, beta_1)
+  checks.check_non_negative(TAU_KEY, tau)
+  checks.check_unit_interval(BETA_1_KEY, beta_1)
   if variant != _ADAGRAD:
-    _check_unit_interval(BETA_2_KEY, beta_2)
+    checks.check_unit_interval(BETA_2_KEY, beta_2)
 
   if name == 'adagrad':
     return build_fed_adagrad(learning_rate, tau=tau, beta_1=beta_1)
@@ -413,7 +394,7 @@ def build_server_optimizer(
   if name == 'yogi':
     return build_fed_yogi(learning_rate, tau=tau, beta_1=beta_1, beta_2=beta_2)
   if name == 'tff_adagrad':
-    if _is_python_value(beta_1) and float(beta_1) != 0.0:
+    if not tf.is_symbolic_tensor(beta_1) and float(beta_1) != 0.0:
       raise ValueError("beta_1 is not supported by 'tff_adagrad' (TFF's "
                        f"Adagrad has no momentum), got {beta_1}; use "
                        "'adagrad' for FedAdagrad with momentum.")
@@ -452,10 +433,10 @@ def build_client_optimizer(
   if name not in CLIENT_OPTIMIZERS:
     raise ValueError(f'Unknown client optimizer {name!r}; expected one of '
                      f'{", ".join(CLIENT_OPTIMIZERS)}.')
-  _check_positive(LEARNING_RATE_KEY, learning_rate)
+  checks.check_positive(LEARNING_RATE_KEY, learning_rate)
   if name == 'sgd':
     return _optimizer_lib.build_sgdm(learning_rate, momentum=None)
   if name == 'sgdm':
-    _check_unit_interval('momentum', momentum)
+    checks.check_unit_interval('momentum', momentum)
     return _optimizer_lib.build_sgdm(learning_rate, momentum=momentum)
   return _optimizer_lib.build_adam(learning_rate)

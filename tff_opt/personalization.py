@@ -74,6 +74,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
 from tff_opt import client_work
 from tff_opt import penalties
 from tff_opt.algorithms import fed_adc
@@ -224,16 +225,13 @@ def build_fine_tune_fn(
   Raises:
     ValueError: If an argument is out of range; the message names it.
   """
-  _check_positive_int('epochs', epochs)
-  _check_positive_int('batch_size', batch_size)
-  if not mu >= 0:
-    raise ValueError(f'mu must be non-negative, got {mu!r}.')
+  checks.check_int('epochs', epochs)
+  checks.check_int('batch_size', batch_size)
+  checks.check_non_negative('mu', mu)
   if not 0 <= distill_lambda <= 1:
     raise ValueError(
         f'distill_lambda must be in [0, 1], got {distill_lambda!r}.')
-  if not distill_temperature > 0:
-    raise ValueError('distill_temperature must be positive, got '
-                     f'{distill_temperature!r}.')
+  checks.check_positive('distill_temperature', distill_temperature)
   with tf.Graph().as_default():
     probe = model_fn()
     num_variables = len(probe.trainable_variables)
@@ -289,12 +287,6 @@ def build_fine_tune_fn(
   return builder
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-  if isinstance(value, bool) or not isinstance(
-      value, (int, np.integer)) or value < 1:
-    raise ValueError(f'{name} must be a positive integer, got {value!r}.')
-
-
 # --- The federated computation ------------------------------------------------
 
 
@@ -334,8 +326,8 @@ def build_personalization_eval(
   Raises:
     ValueError: If an argument is out of range; the message names it.
   """
-  _check_positive_int('num_clients', num_clients)
-  _check_positive_int('eval_batch_size', eval_batch_size)
+  checks.check_int('num_clients', num_clients)
+  checks.check_int('eval_batch_size', eval_batch_size)
   fine_tune_builder = build_fine_tune_fn(
       model_fn, optimizer=optimizer, epochs=epochs, batch_size=batch_size,
       variable_indices=variable_indices, mu=mu,

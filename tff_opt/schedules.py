@@ -12,12 +12,9 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from tff_opt import checks
+
 Schedule = Callable[[tf.Tensor], tf.Tensor]
-
-
-def _check_positive(name: str, value: float) -> None:
-  if not value > 0:
-    raise ValueError(f'{name} must be positive, got {value!r}.')
 
 
 def constant(learning_rate: float) -> Schedule:
@@ -56,7 +53,7 @@ def staircase_decay(learning_rate: float,
         f'learning_rate must be non-negative, got {learning_rate!r}.')
   if not 0 < decay_factor <= 1:
     raise ValueError(f'decay_factor must be in (0, 1], got {decay_factor!r}.')
-  _check_positive('decay_every', decay_every)
+  checks.check_positive('decay_every', decay_every)
 
   def schedule(round_num):
     steps = tf.math.floordiv(tf.cast(round_num, tf.int32), decay_every)

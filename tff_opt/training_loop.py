@@ -56,6 +56,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checkpoints
+from tff_opt import checks
 from tff_opt import client_states as client_states_lib
 from tff_opt import runtime
 
@@ -335,8 +336,7 @@ def run_training(
   """
   for name, value in (('rounds', rounds), ('eval_every', eval_every),
                       ('checkpoint_every', checkpoint_every)):
-    if value < 1:
-      raise ValueError(f'{name} must be a positive integer, got {value}.')
+    checks.check_int(name, value)
   log = log or (lambda _: None)
   client_ids = list(client_ids)
   sample_clients(client_ids, clients_per_round, seed=seed, round_num=1)

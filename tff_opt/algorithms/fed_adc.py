@@ -64,6 +64,7 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
 from tff_opt import client_work as client_work_lib
 from tff_opt import composers
 from tff_opt import distributors
@@ -72,16 +73,6 @@ from tff_opt import momentum as momentum_lib
 VARIANTS = ('heavy_ball', 'nesterov')
 DEFAULT_DISTILL_LAMBDA = 0.35
 DEFAULT_DISTILL_TEMPERATURE = 4.0  # CS-KD's default (Yun et al. 2020).
-
-
-def _check_unit_interval(name: str, value: float) -> None:
-  if not 0 <= value < 1:
-    raise ValueError(f'{name} must be in [0, 1), got {value!r}.')
-
-
-def _check_positive(name: str, value: float) -> None:
-  if not value > 0:
-    raise ValueError(f'{name} must be positive, got {value!r}.')
 
 
 # --- FedADC+ self-confidence distillation ------------------------------------
@@ -239,17 +230,17 @@ def build_fed_adc(
   Raises:
     ValueError: If a hyper-parameter is out of range; the message names it.
   """
-  _check_positive('client_learning_rate', client_learning_rate)
-  _check_unit_interval('beta', beta)
-  _check_positive('alpha', alpha)
+  checks.check_positive('client_learning_rate', client_learning_rate)
+  checks.check_unit_interval('beta', beta)
+  checks.check_positive('alpha', alpha)
   if beta_local is None:
     beta_local = beta
-  _check_unit_interval('beta_local', beta_local)
+  checks.check_unit_interval('beta_local', beta_local)
   if variant not in VARIANTS:
     raise ValueError(f'variant must be one of {", ".join(VARIANTS)}, got '
                      f'{variant!r}.')
   if local_momentum is not None:
-    _check_unit_interval('local_momentum', local_momentum)
+    checks.check_unit_interval('local_momentum', local_momentum)
     if variant != 'heavy_ball':
       raise ValueError('local_momentum (Algorithm 4, double momentum) takes '
                        "variant='heavy_ball', got variant="
@@ -258,7 +249,7 @@ def build_fed_adc(
     if not 0 <= distill_lambda <= 1:
       raise ValueError(
           f'distill_lambda must be in [0, 1], got {distill_lambda!r}.')
-    _check_positive('distill_temperature', distill_temperature)
+    checks.check_positive('distill_temperature', distill_temperature)
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():

@@ -1,0 +1,59 @@
+"""Checks every builder shares: hyper-parameter ranges and the finite guard.
+
+Hyper-parameters are checked when a process is built, before anything is
+traced, each kind of range with one message (`<name> must be positive, got
+<value>.`), so a flag's error reads the same whichever algorithm it reaches.
+A symbolic tensor (a hyper-parameter set inside a computation) cannot be
+checked then and is let through.
+
+`all_finite` is the one non-finite test of the package: every guard that
+keeps the previous value when an update is not finite (client deltas, the
+embedded-momentum server rule, FedPTR's synthetic set and projection) asks
+it.
+"""
+
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+
+def _checkable(value: Any) -> bool:
+  """Whether `value` can be checked now (it is not a symbolic tensor)."""
+  return not tf.is_symbolic_tensor(value)
+
+
+def check_positive(name: str, value: Any) -> None:
+  """Raises ValueError unless `value` > 0."""
+  if _checkable(value) and not float(value) > 0.0:
+    raise ValueError(f'{name} must be positive, got {value}.')
+
+
+def check_non_negative(name: str, value: Any) -> None:
+  """Raises ValueError unless `value` >= 0."""
+  if _checkable(value) and not float(value) >= 0.0:
+    raise ValueError(f'{name} must be non-negative, got {value}.')
+
+
+def check_unit_interval(name: str, value: Any) -> None:
+  """Raises ValueError unless 0 <= `value` < 1 (a momentum, a decay)."""
+  if _checkable(value) and not 0.0 <= float(value) < 1.0:
+    raise ValueError(f'{name} must be in [0, 1), got {value}.')
+
+
+def check_int(name: str, value: Any, minimum: int = 1) -> None:
+  """Raises ValueError unless `value` is an integer >= `minimum` (no bool).
+
+  The message says "a positive integer" for `minimum` 1.
+  """
+  if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+      or value < minimum):
+    what = ('a positive integer' if minimum == 1 else
+            f'an integer >= {minimum}')
+    raise ValueError(f'{name} must be {what}, got {value!r}.')
+
+
+def all_finite(structure: Any) -> tf.Tensor:
+  """A scalar bool tensor: whether every entry of every tensor is finite."""
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
+                        for t in tf.nest.flatten(structure)])
