@@ -98,6 +98,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt import optimizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +123,7 @@ Penalty = Union[Callable[..., tf.Tensor], PrecomputedHook]
 
 ROUND_NUM_KEY = 'round_num'
 OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
-LEARNING_RATE_KEY = 'learning_rate'
+LEARNING_RATE_KEY = optimizers.LEARNING_RATE_KEY  # TFF optimizers' name.
 MODEL_WEIGHTS_KEY = 'model_weights'
 DELTA_KEY = 'delta'
 PREPARE_KEY = 'prepare'

@@ -64,8 +64,8 @@ from tff_opt import checks
 from tff_opt import client_work as client_work_lib
 
 MOMENTUM_KEY = 'momentum'
-ROUND_NUM_KEY = 'round_num'
-LEARNING_RATE_KEY = 'learning_rate'
+ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY
+LEARNING_RATE_KEY = client_work_lib.LEARNING_RATE_KEY
 LOCAL_MOMENTUM_KEY = 'momentum'
 STEP_KEY = 'step'
 ACCUMULATOR_KEY = 'accumulator'

@@ -53,14 +53,17 @@ import functools
 
 import tensorflow as tf
 
+from tff_opt import client_states
 from tff_opt import client_work
+from tff_opt import distributors
 
-PREVIOUS_MODEL_KEY = 'previous_model_weights'
-HAS_PREVIOUS_KEY = 'has_previous'
+# The broadcast of `distributors.with_previous_model`.
+PREVIOUS_MODEL_KEY = distributors.PREVIOUS_MODEL_KEY
+HAS_PREVIOUS_KEY = distributors.HAS_PREVIOUS_KEY
 FISHER_SUM_KEY = 'fisher_sum'
 FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'
 CONTROL_VARIATE_KEY = 'control_variate'
-CLIENT_STATE_KEY = 'client_state'
+CLIENT_STATE_KEY = client_states.CLIENT_STATE_KEY
 LOCAL_GRADIENT_KEY = 'local_gradient'
 
 

@@ -104,7 +104,7 @@ from tff_opt.algorithms import recipe as recipe_lib
 
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
-ROUND_NUM_KEY = 'round_num'
+ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
 FISHER_BATCH_SIZE = 32  # Examples per batch of the fast Fisher pass.
