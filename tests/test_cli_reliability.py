@@ -189,11 +189,12 @@ def test_damaged_sqlite_reason_reads_sqlite_and_worker_errors(error, reason):
   assert data_errors.damaged_sqlite_reason(error) == reason
 
 
-def test_binaries_import_tensorflow_without_its_start_up_noise():
+@pytest.mark.parametrize('package', ['binaries', 'tools'])
+def test_binaries_import_tensorflow_without_its_start_up_noise(package):
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  code = ('import binaries, os, sys; '
+  code = (f'import {package}, tensorflow, os, sys; '
           "os.write(2, b'kept line\\n'); "
           "print(os.environ['TF_ENABLE_ONEDNN_OPTS'])")
   done = subprocess.run([sys.executable, '-c', code], cwd=root,

