@@ -2,6 +2,8 @@ r"""Seconds per round: tff-opt's processes against TFF's FedAvg and the floor.
 
     .venv/bin/python -m benchmarks.round_time                      # EMNIST-CR
     .venv/bin/python -m benchmarks.round_time --workload=so_nwp
+    .venv/bin/python -m benchmarks.round_time --workload=shakespeare \
+        --data_dir=~/.tff --algorithms=fedopt
     .venv/bin/python -m benchmarks.round_time --algorithms=fedopt \
         --max_concurrent_clients=none,1,2,2:1
     .venv/bin/python -m benchmarks.round_time --quick              # smoke run
@@ -30,7 +32,8 @@ pair takes its timed rounds in turns (a, b, c, a, b, c, ...), so that a
 change in the machine's load falls on all of them alike.
 
 It prints, per row, the median seconds per round over `--rounds` timed
-rounds (after `--warmup` untimed ones), examples per second, the ratio to
+rounds (after `--warmup` untimed ones), examples per second, tokens per
+second (for the language workloads), the ratio to
 tff-opt's FedOpt under the same setting, for FedOpt a/c (to the floor), a/b
 (to TFF's default FedAvg, DATASET_REDUCE) and a/b_it (to TFF's
 DATASET_ITERATOR FedAvg), and the median CPU seconds per round of this
@@ -38,7 +41,8 @@ process and its TFF workers (`cpu s`: the work done, steadier than wall
 time on a loaded machine; cpu s above s/round means more than one core was
 busy), with the machine's load average.
 
-Workloads (synthetic data, uniform random; only speed is measured):
+Workloads (synthetic data, uniform random, except Shakespeare's; only
+speed is measured):
   emnist_cr  the EMNIST-CR CNN of `tasks/emnist.py` (1,206,590 parameters),
              10 clients x 200 examples of 28x28x1, batch 20, one epoch:
              100 local steps per round.
@@ -48,8 +52,32 @@ Workloads (synthetic data, uniform random; only speed is measured):
              16, one epoch: 100 local steps per round. 32 sequences is far
              below the paper's cap of 1,000 per client, chosen to keep a
              round to seconds; the per-step cost is the real model's.
-`--quick` shrinks everything (4 clients, 2 timed rounds) to check the
-script runs; its figures mean little.
+             Tokens: all 20 positions of every sequence.
+  shakespeare
+             the paper's Shakespeare character LSTM of `tasks/shakespeare.py`
+             (embedding 8, 2 x LSTM 256, 820,522 parameters; `--lstm_layers`
+             and `--lstm_units` resize it), 10 clients, TFF's preprocessing
+             (80-character sequences, batch 4, one epoch, shuffle buffer 50),
+             as `python -m binaries.train --task=shakespeare` runs it. With
+             `<--data_dir>/shakespeare.sqlite` the clients are 10 train
+             clients drawn without replacement (NumPy seed `--seed`) from
+             the file, each through the task's own preprocessing. Without it
+             they are synthetic, sized like the real ones: the 10 clients
+             hold `SYNTHETIC_SEQUENCES` = 1, 3, 6, 9, 15, 24, 37, 66, 108,
+             214 sequences (483 in all, 125 local steps per round), the
+             5th, 15th, ..., 95th percentiles of the sequences per train
+             client of the Gutenberg-built `shakespeare.sqlite` (1,111
+             train clients, 57,895 sequences; per client: median 19, 25th
+             percentile 6, 75th 65.5, 90th 152, mean 52.1, max 833; 75.1%
+             of the target positions are characters, the rest padding).
+             Each synthetic sequence is one snippet of 40 to 79 characters
+             drawn uniformly from TFF's vocabulary (75.6% characters on
+             average), preprocessed by the task like a real snippet.
+             Tokens: characters, i.e. target positions that are not padding
+             (the task's `num_tokens`).
+`--quick` shrinks everything (4 clients, 2 timed rounds; Shakespeare: the
+first 4 of its clients, at most 3 batches each) to check the script runs;
+its figures mean little.
 
 TF threads: a setting `N:T` starts its `worker_binary` with T intra-op
 threads (`TF_NUM_INTRAOP_THREADS`, which TF reads when the worker starts);
@@ -60,9 +88,15 @@ Kernels: TensorFlow's oneDNN kernels are on (`TF_ENABLE_ONEDNN_OPTS=1`, as
 in tff-opt's binaries) unless the environment says otherwise; the floor and
 every worker use the same setting. `TF_ENABLE_ONEDNN_OPTS=0 python -m
 benchmarks.round_time ...` measures TensorFlow's Eigen kernels instead.
+
+LSTMs: TFF builds the model in graph mode, where Keras' `LSTM` runs its
+generic RNN loop over `LSTMCell`; the floor builds it eagerly, where
+Keras runs its `standard_lstm` function (the one a GPU would swap for
+cuDNN). `benchmarks/lstm_options.py` times the two and the other options.
 """
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -77,7 +111,9 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
+import tasks  # pylint: disable=g-import-not-at-top
 from tasks import emnist  # pylint: disable=g-import-not-at-top
+from tasks import shakespeare  # pylint: disable=g-import-not-at-top
 from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
 from tff_opt import registry  # pylint: disable=g-import-not-at-top
 from tff_opt import runtime  # pylint: disable=g-import-not-at-top
@@ -90,6 +126,47 @@ ALGORITHMS = ('fedopt', 'fedprox', 'fedfor', 'fedcurv', 'fedadc', 'scaffold',
 HPARAMS = dict(mu=0.01, alpha=5.0, lam=0.1, beta=0.9,
                fedadc_variant='heavy_ball', local_momentum=0.0,
                beta_local=None)
+WORKLOADS = ('emnist_cr', 'so_nwp', 'shakespeare')
+
+# Shakespeare (see the module docstring): the paper's batch and clients per
+# round, and the synthetic clients' sequences (percentiles of the real
+# file's sequences per train client).
+SHAKESPEARE_BATCH = 4
+SHAKESPEARE_CLIENTS = 10
+SYNTHETIC_SEQUENCES = (1, 3, 6, 9, 15, 24, 37, 66, 108, 214)
+SYNTHETIC_SNIPPET_CHARS = (40, 79)  # Inclusive: one sequence per snippet.
+QUICK_CLIENTS = 4
+QUICK_BATCHES = 3
+
+
+def synthetic_snippets(sizes, *, seed: int = 0) -> list[tf.data.Dataset]:
+  """Raw Shakespeare-format clients of one snippet per wanted sequence.
+
+  Args:
+    sizes: Snippets (hence preprocessed sequences) of each client.
+    seed: NumPy seed of the snippets' lengths and characters.
+
+  Returns:
+    One dataset per client of `{'snippets': tf.string}` elements, as TFF's
+    Shakespeare `ClientData` holds them; each snippet has 40 to 79 one-byte
+    characters of TFF's vocabulary, so that with [bos] and [eos] it fills
+    one 81-token sequence.
+
+  Raises:
+    ValueError: If a size is below 1.
+  """
+  if any(n < 1 for n in sizes):
+    raise ValueError(f'every client needs at least one snippet, got {sizes}.')
+  rng = np.random.default_rng(seed)
+  alphabet = np.array(shakespeare.CHAR_VOCAB)
+  low, high = SYNTHETIC_SNIPPET_CHARS
+  datasets = []
+  for n in sizes:
+    snippets = [''.join(rng.choice(alphabet, size=rng.integers(low, high + 1)))
+                for _ in range(n)]
+    datasets.append(tf.data.Dataset.from_tensor_slices(
+        {'snippets': np.array(snippets, dtype=object)}))
+  return datasets
 
 
 class Workload:
@@ -102,11 +179,41 @@ class Workload:
     metrics_fn: No-arg callable returning the Keras metrics list.
     input_spec: `(x, y)` `tf.TensorSpec`s of one batch.
     datasets: The clients' datasets (the same every round).
-    examples: Examples per round.
+    examples: Examples (sequences, for the language models) per round.
+    tokens: Tokens per round (see the module docstring), or None.
+    steps: Local steps (batches) per round, all clients together.
+    client_ids: Shakespeare's real clients, in the order drawn; else None.
+    describe: One line saying what the workload is.
   """
 
-  def __init__(self, name, *, quick):
+  def __init__(self, name: str, *, quick: bool,
+               data_dir: str | None = None, seed: int = 0,
+               lstm_layers: int | None = None,
+               lstm_units: int | None = None):
+    """Builds the workload's model functions and client datasets.
+
+    Args:
+      name: One of `WORKLOADS`.
+      quick: Tiny clients (a smoke run).
+      data_dir: Shakespeare only: where `shakespeare.sqlite` may be; real
+        clients when it is there, synthetic ones otherwise.
+      seed: Shakespeare only: NumPy seed of the real clients drawn.
+      lstm_layers: Shakespeare only: LSTM layers (default: the paper's 2).
+      lstm_units: Shakespeare only: units per LSTM layer (default 256).
+
+    Raises:
+      ValueError: If `name` is unknown, or an LSTM size is given for
+        another workload or is below 1.
+    """
     self.name = name
+    self.tokens = None
+    self.client_ids = None
+    self._model_fn = None
+    sizes = {k: v for k, v in (('lstm_layers', lstm_layers),
+                               ('lstm_units', lstm_units)) if v is not None}
+    if sizes and name != 'shakespeare':
+      raise ValueError(f'{", ".join(sizes)} only size the shakespeare '
+                       f'workload, not {name!r}.')
     if name == 'emnist_cr':
       clients, per_client, batch = (4, 40, 20) if quick else (10, 200, 20)
       self.keras_model_fn = emnist.create_cr_model
@@ -135,12 +242,83 @@ class Workload:
       self.describe = (f'Stack Overflow NWP LSTM, {clients} clients x '
                        f'{per_client} sequences of {seq} tokens, batch '
                        f'{batch}, 1 epoch')
+      self.tokens = clients * per_client * seq
+    elif name == 'shakespeare':
+      self._init_shakespeare(quick=quick, data_dir=data_dir, seed=seed,
+                             **sizes)
     else:
-      raise ValueError(f'Unknown workload {name!r}.')
+      raise ValueError(f'Unknown workload {name!r}; known: '
+                       f'{", ".join(WORKLOADS)}.')
     self.input_spec = self.datasets[0].element_spec
-    self.examples = clients * per_client
+    if name != 'shakespeare':
+      self.examples = clients * per_client
+      self.steps = clients * math.ceil(per_client / batch)
+
+  def _init_shakespeare(self, *, quick, data_dir, seed, **sizes):
+    """The Shakespeare workload (see the module docstring)."""
+    for option, value in sizes.items():
+      if value < 1:
+        raise ValueError(f'{option} must be at least 1, got {value}.')
+    real = bool(data_dir) and os.path.isfile(
+        os.path.join(data_dir, shakespeare.SQLITE_FILE))
+    spec = tff.simulation.baselines.ClientSpec(
+        num_epochs=1, batch_size=SHAKESPEARE_BATCH)
+    task = tasks.create_task('shakespeare', train_client_spec=spec,
+                             data_dir=data_dir if real else None,
+                             use_synthetic_data=not real, **sizes)
+    options = {**shakespeare.DEFAULT_OPTIONS, **sizes}
+    if real:
+      train = task.datasets.train_data
+      ids = sorted(train.client_ids)
+      if len(ids) < SHAKESPEARE_CLIENTS:
+        raise ValueError(f'{data_dir}/{shakespeare.SQLITE_FILE} has '
+                         f'{len(ids)} train clients; the workload needs '
+                         f'{SHAKESPEARE_CLIENTS}.')
+      drawn = np.random.default_rng(seed).choice(
+          len(ids), SHAKESPEARE_CLIENTS, replace=False)
+      self.client_ids = [ids[i] for i in drawn]
+      raw = [train.create_tf_dataset_for_client(c) for c in self.client_ids]
+      source = (f'real clients of {data_dir}/{shakespeare.SQLITE_FILE} '
+                f'(seed {seed})')
+    else:
+      sequences = SYNTHETIC_SEQUENCES[:QUICK_CLIENTS if quick else None]
+      raw = synthetic_snippets(sequences, seed=seed)
+      source = ('synthetic clients of ' + ', '.join(map(str, sequences)) +
+                ' sequences')
+    if quick:
+      raw = raw[:QUICK_CLIENTS]
+      if self.client_ids:
+        self.client_ids = self.client_ids[:QUICK_CLIENTS]
+    preprocess = task.datasets.train_preprocess_fn
+    self.datasets = [preprocess(d) for d in raw]
+    if quick:
+      self.datasets = [d.take(QUICK_BATCHES) for d in self.datasets]
+    # One pass to count (the shuffle changes the order, not the counts).
+    self.examples = self.tokens = self.steps = 0
+    for dataset in self.datasets:
+      for _, y in dataset.as_numpy_iterator():
+        self.steps += 1
+        self.examples += y.shape[0]
+        self.tokens += int(np.count_nonzero(y != shakespeare.PAD))
+    self._model_fn = task.model_fn
+    self.keras_model_fn = lambda: shakespeare.create_model(
+        options['sequence_length'], embedding_dim=options['embedding_dim'],
+        lstm_units=options['lstm_units'], lstm_layers=options['lstm_layers'])
+    self.loss_fn = lambda: tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True)
+    self.metrics_fn = None  # The task's model_fn has its metrics.
+    self.describe = (
+        f'Shakespeare char LSTM (embedding {options["embedding_dim"]}, '
+        f'{options["lstm_layers"]} x LSTM {options["lstm_units"]}), '
+        f'{len(self.datasets)} {source}'
+        f'{f", at most {QUICK_BATCHES} batches each" if quick else ""}, '
+        f'{options["sequence_length"]} characters per sequence, batch '
+        f'{SHAKESPEARE_BATCH}, 1 epoch, {self.steps} steps, {self.tokens} '
+        f'characters')
 
   def model_fn(self) -> tff.learning.models.VariableModel:
+    if self._model_fn is not None:
+      return self._model_fn()
     return tff.learning.models.from_keras_model(
         self.keras_model_fn(), loss=self.loss_fn(),
         input_spec=self.input_spec, metrics=self.metrics_fn())
@@ -279,7 +457,17 @@ def _parse_args(argv):
   parser = argparse.ArgumentParser(
       prog='round_time', description=__doc__.split('\n')[0])
   parser.add_argument('--workload', default='emnist_cr',
-                      choices=['emnist_cr', 'so_nwp'])
+                      choices=list(WORKLOADS))
+  parser.add_argument('--data_dir', default=None,
+                      help='shakespeare: directory of shakespeare.sqlite '
+                      '(real clients); synthetic clients without it.')
+  parser.add_argument('--seed', type=int, default=0,
+                      help='shakespeare: seed of the real clients drawn and '
+                      'of the synthetic snippets.')
+  parser.add_argument('--lstm_layers', type=int, default=None,
+                      help='shakespeare: LSTM layers (default 2).')
+  parser.add_argument('--lstm_units', type=int, default=None,
+                      help='shakespeare: units per LSTM layer (default 256).')
   parser.add_argument('--rounds', type=int, default=10,
                       help='Timed rounds per process (median reported).')
   parser.add_argument('--warmup', type=int, default=2,
@@ -306,6 +494,18 @@ def _parse_args(argv):
     parser.error(f'--warmup={args.warmup}: expected a non-negative integer')
   if args.floor_threads < 0:
     parser.error(f'--floor_threads={args.floor_threads}: expected >= 0')
+  for flag in ('lstm_layers', 'lstm_units'):
+    value = getattr(args, flag)
+    if value is not None and args.workload != 'shakespeare':
+      parser.error(f'--{flag}: only for --workload=shakespeare')
+    if value is not None and value < 1:
+      parser.error(f'--{flag}={value}: expected a positive integer')
+  if args.data_dir is not None and args.workload != 'shakespeare':
+    parser.error('--data_dir: only for --workload=shakespeare')
+  if args.data_dir is not None:
+    args.data_dir = os.path.expanduser(args.data_dir)
+    if not os.path.isdir(args.data_dir):
+      parser.error(f'--data_dir={args.data_dir}: no such directory')
   names = [n.strip() for n in args.algorithms.split(',') if n.strip()]
   unknown = [n for n in names if n not in registry.ALGORITHMS]
   if unknown or not names:
@@ -337,10 +537,14 @@ def main(argv=None):
   args = _parse_args(argv)
   if args.floor_threads:
     tf.config.threading.set_intra_op_parallelism_threads(args.floor_threads)
-  workload = Workload(args.workload, quick=args.quick)
+  workload = Workload(args.workload, quick=args.quick,
+                      data_dir=args.data_dir, seed=args.seed,
+                      lstm_layers=args.lstm_layers,
+                      lstm_units=args.lstm_units)
   settings = args.max_concurrent_clients
-  print(f'round_time: {workload.describe} ({workload.examples} examples per '
-        f'round); client SGD lr {CLIENT_LR}, server SGD lr 1; median of '
+  print(f'round_time: {workload.describe} ({workload.examples} examples, '
+        f'{workload.steps} local steps per round); client SGD lr '
+        f'{CLIENT_LR}, server SGD lr 1; median of '
         f'{args.rounds} rounds after {args.warmup} warm-up, taken in turns; '
         f'settings (max_concurrent_clients[:worker threads]) '
         f'{", ".join(s.label for s in settings)}; floor threads '
@@ -381,7 +585,8 @@ def report(times, workload: Workload, algorithms) -> None:
   floor = wall.get(('python', 'floor'))
   table = common.Table([
       ('setting', 8, ''), ('process', 13, ''), ('s/round', 8, '.3f'),
-      ('examples/s', 10, '.0f'), ('/fedopt', 7, '.3f'), ('a/c', 6, '.3f'),
+      ('examples/s', 10, '.0f'), ('tokens/s', 9, '.0f'),
+      ('/fedopt', 7, '.3f'), ('a/c', 6, '.3f'),
       ('a/b', 6, '.3f'), ('a/b_it', 6, '.3f'), ('cpu s', 6, '.2f')])
   table.print_header()
   for (label, name), seconds in wall.items():
@@ -392,6 +597,7 @@ def report(times, workload: Workload, algorithms) -> None:
     table.print_row(
         label, 'floor (c)' if name == 'floor' else name, seconds,
         workload.examples / seconds,
+        workload.tokens / seconds if workload.tokens else None,
         seconds / fedopt if fedopt and name in algorithms else None,
         seconds / floor if is_fedopt and floor else None,
         seconds / b if is_fedopt and b else None,

@@ -1,0 +1,111 @@
+"""The `shakespeare` workload of `benchmarks/round_time.py` (no timing).
+
+Its client datasets must be what training sees: TFF's preprocessed
+`(x, y)` batches of 80 int64 ids, with the local steps and characters
+that the raw snippets give when counted here independently of TFF's
+preprocessing (81-token pieces per snippet, batches of 4).
+Not a timing test.
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from benchmarks import round_time
+from tasks import shakespeare
+from tasks import sqlite_data
+
+SPEC = (tf.TensorSpec([None, 80], tf.int64), tf.TensorSpec([None, 80],
+                                                           tf.int64))
+
+
+def _sequences(snippet: str) -> int:
+  return math.ceil((len(snippet.encode()) + 2) / 81)  # [bos] + ... + [eos].
+
+
+def _targets(snippet: str) -> int:
+  # Every 81-token piece's first token is only an input.
+  return len(snippet.encode()) + 2 - _sequences(snippet)
+
+
+def _counts(datasets):
+  """(batches, sequences, non-pad targets) of each dataset."""
+  counts = []
+  for dataset in datasets:
+    batches = list(dataset.as_numpy_iterator())
+    counts.append((len(batches), sum(y.shape[0] for _, y in batches),
+                   sum(int(np.count_nonzero(y)) for _, y in batches)))
+  return counts
+
+
+def test_synthetic_clients_have_the_documented_sizes():
+  workload = round_time.Workload('shakespeare', quick=False)
+  assert len(workload.datasets) == round_time.SHAKESPEARE_CLIENTS
+  assert workload.client_ids is None
+  for dataset in workload.datasets:
+    assert dataset.element_spec == SPEC
+  counts = _counts(workload.datasets)
+  sizes = round_time.SYNTHETIC_SEQUENCES
+  assert [c[1] for c in counts] == list(sizes)
+  assert [c[0] for c in counts] == [math.ceil(n / 4) for n in sizes]
+  assert workload.steps == 125 and workload.examples == 483
+  low, high = round_time.SYNTHETIC_SNIPPET_CHARS
+  # Each sequence is one snippet of `low`..`high` characters plus [eos].
+  assert sum(c[2] for c in counts) == workload.tokens
+  assert workload.examples * (low + 1) <= workload.tokens
+  assert workload.tokens <= workload.examples * (high + 1)
+
+
+def test_quick_is_four_clients_of_at_most_three_batches():
+  workload = round_time.Workload('shakespeare', quick=True)
+  counts = _counts(workload.datasets)
+  expected = [min(math.ceil(n / 4), round_time.QUICK_BATCHES)
+              for n in round_time.SYNTHETIC_SEQUENCES[:4]]
+  assert [c[0] for c in counts] == expected == [1, 1, 2, 3]
+  assert workload.steps == sum(expected)
+
+
+def test_real_clients_are_drawn_and_preprocessed_by_the_task(tmp_path):
+  rng = np.random.default_rng(5)
+  alphabet = list(shakespeare.CHAR_VOCAB)
+  clients = {f'ROLE_{i}': [''.join(rng.choice(alphabet, size=n))
+                           for n in rng.integers(1, 300, size=i % 4 + 1)]
+             for i in range(12)}
+  sqlite_data.write_sqlite(os.path.join(tmp_path, 'shakespeare.sqlite'), {
+      'train': {c: [{'snippets': s} for s in v] for c, v in clients.items()},
+      'test': {c: [{'snippets': v[0]}] for c, v in clients.items()}})
+  workload = round_time.Workload('shakespeare', quick=False,
+                                 data_dir=str(tmp_path), seed=3,
+                                 lstm_units=8, lstm_layers=1)
+  again = round_time.Workload('shakespeare', quick=False,
+                              data_dir=str(tmp_path), seed=3)
+  assert workload.client_ids == again.client_ids
+  assert len(set(workload.client_ids)) == 10
+  assert set(workload.client_ids) <= set(clients)
+  counts = _counts(workload.datasets)
+  sequences = [sum(_sequences(s) for s in clients[c])
+               for c in workload.client_ids]
+  assert [c[1] for c in counts] == sequences
+  assert [c[0] for c in counts] == [math.ceil(n / 4) for n in sequences]
+  tokens = sum(_targets(s) for c in workload.client_ids for s in clients[c])
+  assert workload.tokens == sum(c[2] for c in counts) == tokens
+  assert workload.input_spec == SPEC
+  model = workload.keras_model_fn()
+  assert model.count_params() == 90 * 8 + 4 * 8 * (8 + 8 + 1) + 9 * 90
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--workload=emnist_cr', '--lstm_units=8'],
+     '--lstm_units: only for --workload=shakespeare'),
+    (['--workload=shakespeare', '--lstm_layers=0'],
+     '--lstm_layers=0: expected a positive integer'),
+    (['--workload=shakespeare', '--data_dir=/no/such/dir'],
+     '--data_dir=/no/such/dir: no such directory'),
+])
+def test_bad_flags_are_one_line_errors(argv, message, capsys):
+  with pytest.raises(SystemExit):
+    round_time._parse_args(argv)
+  assert message in capsys.readouterr().err
