@@ -175,12 +175,20 @@ def _hand_made_clients():
           client([1, 0, 2, 2, 0, 1])]
 
 
-def test_projection_from_own_images_matches_numpy():
+def _numpy_layer_mus(anchor, w, mu):
+  """mu_l = mu / ||w~ - w_t|| over the tiny model's one layer (kernel + bias)."""
+  d = np.sqrt(sum(np.sum((a - b)**2) for a, b in zip(anchor, w)))
+  mu_l = mu / d if d > 0 else mu
+  return [mu_l for _ in w]
+
+
+@pytest.mark.parametrize('layer_adaptive', [False, True])
+def test_projection_from_own_images_matches_numpy(layer_adaptive):
   """No MTT updates (D_syn stays at its initialisation): w~ per client."""
   ipc, steps, alpha = 2, 3, 0.2
   process = _build(MU, mtt_outer_steps=0, images_per_class=ipc,
                    projection_steps=steps, mtt_init_lr=alpha,
-                   layer_adaptive=False)
+                   layer_adaptive=layer_adaptive)
   clients = _hand_made_clients()
   state, _ = tiny.run_rounds(process, clients, rounds=2,
                              local_steps=LOCAL_STEPS)
@@ -202,10 +210,12 @@ def test_projection_from_own_images_matches_numpy():
         anchor = w
       else:
         anchor = tiny.local_sgd(w, init_images(x, y), labels, alpha, steps)
+      mus = (_numpy_layer_mus(anchor, w, MU) if layer_adaptive else
+             [MU, MU])
       finals.append(tiny.local_sgd(
           w, x, y, CLIENT_LR, LOCAL_STEPS,
-          extra_grad=lambda v, a=anchor: [MU * (p - q)
-                                          for p, q in zip(v, a)]))
+          extra_grad=lambda v, a=anchor, m=mus: [
+              m_l * (p - q) for p, q, m_l in zip(v, a, m)]))
     w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
   for got, want in zip(tiny.trainable(process, state), w):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -27,19 +27,54 @@ D_syn starts from its own data (`client_synthetic_images`), alpha_syn from
 `mtt_init_lr`, `mtt_outer_steps` MTT updates match (w_{t-1} -> w_t), and P
 projection steps give its own w~_{t+1}; step 3 is then the same penalty.
 
+Layer-adaptive mu (Sec. 3.1, "Adaptive Regularization Parameter"; the
+formula itself is lost in our copy of the paper). What survives:
+- the motivation: "when applied this norm regularization in neural network
+  models, the model difference can vary drastically among different
+  convolutional layers [...] This motivates us to use a layer-adaptive mu
+  rather than a constant";
+- the definition's preamble: "let [w~^l_{t+1}] denotes parameters for the
+  l-th layer in [w~_{t+1}] and [w^l_t] denotes parameters for the l-th
+  layer in [w_t], we can define the adaptive mu as follows: [lost]", so
+  mu_l is a function of these two blocks and of "the base mu for
+  layer-adaptive regularization parameter" (Sec. 5.1) only;
+- Appendix B.1: "we plot the norms of [lost] of the four different
+  convolutional layers [...] the norm of [lost] between layers varies and
+  it also changes along with different phases of training [...] Such a
+  phenomenon indicates that it might be helpful to use a layer-adaptive mu
+  rather than a constant."
+Our reading: the per-layer "model difference" is the norm of the layer's
+projected step, d_l = ||w~^l_{t+1} - w^l_t||_2 (the only difference the two
+named blocks define, and a norm is what the appendix plots), and the
+adaptive mu compensates for its variation across layers:
+
+    mu_l = mu / d_l        (mu_l = mu when d_l = 0).
+
+Then the pull of the penalty at the start of local training (w = w_t),
+mu_l (w^l_t - w~^l_{t+1}), has norm exactly mu in every layer, whether the
+projection moves that layer a lot or a little, which a constant mu cannot
+give when the d_l "vary drastically". Readings not taken: mu * d_l (and
+this module's earlier mu * L * d_l / sum_j d_j) amplifies the disparity
+(the pull grows as d_l^2), the opposite of what the motivation asks;
+mu / d_l^2 equalises the penalty's value instead, making the pull mu / d_l,
+largest on the layers the projection barely moves. A "layer" is one Keras
+layer: all its trainable variables (a kernel and its bias; a norm layer's
+scale and offset) form the block w^l and d_l is the norm over the whole
+block -- the paper speaks of the layers of its ConvNet, not of tensors.
+`trainable_layer_groups` reads the grouping from the model once, at build
+time (the Keras layer owning each trainable variable; for a model that is
+not a TFF-wrapped Keras model, the variables' name scopes), and the
+penalty gets it as one group index per trainable variable. d_l = 0 (the
+first round, or P = 0: w~_{t+1} = w_t) gives mu, so such a round is
+FedProx toward w_t. A consequence, not guarded: plain local SGD on the
+penalty is stable only while eta * mu_l < 2, so a layer the projection
+barely moves (d_l < eta * mu / 2) makes that client diverge, and the
+client work then drops it (`non_finite_clients`). The clients compute mu_l
+from what they receive; nothing else is broadcast. `layer_adaptive=False`
+uses mu for every layer.
+
 Choices the paper leaves open (each written here and tested in
 tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
-- Layer-adaptive mu (its formula is missing from our copy of the paper). A
-  "layer" is one trainable variable (a kernel or a bias). With
-  d_l = ||w~_{t+1,l} - w_{t,l}|| the projected update norm of layer l and L
-  the number of layers,
-
-      mu_l = mu * L * d_l / sum_j d_j,
-
-  so mu_l scales with the layer's projected update norm and the mean of the
-  mu_l is mu (the paper's "base" mu). When every d_l is 0 (first round, or
-  P = 0) mu_l = mu. The clients compute mu_l from what they receive; nothing
-  else is broadcast. `layer_adaptive=False` uses mu for every layer.
 - First round (no w_{t-1}): no MTT and w~_1 = w_0, so the round is FedProx
   toward w_t, as the issue asks.
 - D_syn starts as N(0, 1) noise (stateless, from `seed`) with
@@ -132,33 +167,103 @@ def _norm(tensor) -> tf.Tensor:
   return tf.sqrt(tf.reduce_sum(tf.square(tensor)))
 
 
-def layer_mu(projected, current, *, mu, layer_adaptive: bool):
-  """Per-layer mu_l (see the module docstring).
+def _owning_keras_layers(model, variables):
+  """The innermost Keras layer owning each variable, or None if unknown.
+
+  `model` is a `VariableModel`; TFF's `from_keras_model` wrapper keeps its
+  Keras model as `_keras_model`. A variable belongs to every layer that
+  (recursively) contains it; the innermost one holds the fewest weights.
+  """
+  keras_model = getattr(model, '_keras_model', None)
+  if not isinstance(keras_model, tf.keras.layers.Layer):
+    return None
+  layers = [keras_model] + [
+      m for m in keras_model.submodules
+      if isinstance(m, tf.keras.layers.Layer)]
+  owned = [(len(layer.trainable_weights), index,
+            {w.ref() for w in layer.trainable_weights})
+           for index, layer in enumerate(layers)]
+  owners = []
+  for variable in variables:
+    containing = [(size, index) for size, index, refs in owned
+                  if variable.ref() in refs]
+    if not containing:
+      return None
+    owners.append(('keras', min(containing)[1]))
+  return owners
+
+
+def trainable_layer_groups(
+    model_fn: Callable[[], tff.learning.models.VariableModel]
+) -> tuple[int, ...]:
+  """One group index per trainable variable: the variable's layer.
+
+  Variables of one Keras layer (a kernel and its bias, a norm layer's scale
+  and offset) share a group; groups are numbered 0, 1, ... in order of
+  first appearance in `model.trainable_variables`. For a TFF-wrapped Keras
+  model (`tff.learning.models.from_keras_model`) the owner of a variable is
+  the innermost Keras layer containing it; otherwise variables are grouped
+  by their name scope (the name up to its last '/', Keras's
+  'layer/kernel:0' naming), and a name without a scope is its own group.
 
   Args:
-    projected: w~_{t+1}, a list of tensors (one per layer).
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel`.
+
+  Returns:
+    A tuple of ints, as long as the model's trainable variables.
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    variables = list(model.trainable_variables)
+    owners = _owning_keras_layers(model, variables)
+    if owners is None:
+      owners = [('name', v.name.rsplit('/', 1)[0]) for v in variables]
+  numbers = {}
+  return tuple(numbers.setdefault(owner, len(numbers)) for owner in owners)
+
+
+def layer_mu(projected, current, *, mu, layer_adaptive: bool,
+             layer_groups):
+  """Each variable's mu_l: its layer's mu / d_l (see the module docstring).
+
+  Args:
+    projected: w~_{t+1}, a list of tensors (the trainable variables).
     current: w_t, a list of tensors of the same shapes.
     mu: The base strength, >= 0.
     layer_adaptive: If False every mu_l is mu.
+    layer_groups: One layer index per tensor (`trainable_layer_groups`);
+      d_l is the norm of w~_{t+1} - w_t over all tensors of layer l.
 
   Returns:
-    A list of scalar float32 tensors, one per layer.
+    A list of scalar float32 tensors, one per tensor (equal within a layer).
+
+  Raises:
+    ValueError: If `layer_groups` is not one index per tensor.
   """
+  layer_groups = tuple(layer_groups)
+  if len(layer_groups) != len(projected):
+    raise ValueError(f'layer_groups has {len(layer_groups)} entries for '
+                     f'{len(projected)} tensors.')
+  base = tf.constant(mu, tf.float32)
   if not layer_adaptive:
-    return [tf.constant(mu, tf.float32) for _ in projected]
-  norms = [_norm(tf.cast(p, tf.float32) - tf.cast(c, tf.float32))
-           for p, c in zip(projected, current)]
-  total = tf.add_n(norms)
-  count = float(len(norms))
-  return [
-      tf.where(total > 0.0, mu * count * n / tf.maximum(total, 1e-30),
-               tf.constant(mu, tf.float32)) for n in norms
+    return [base for _ in projected]
+  squares = [
+      tf.reduce_sum(tf.square(tf.cast(p, tf.float32) - tf.cast(c, tf.float32)))
+      for p, c in zip(projected, current)
   ]
+  layer_mus = {}
+  for group in dict.fromkeys(layer_groups):
+    norm = tf.sqrt(tf.add_n(
+        [sq for sq, g in zip(squares, layer_groups) if g == group]))
+    layer_mus[group] = tf.where(norm > 0.0, base / tf.maximum(norm, 1e-30),
+                                base)
+  return [layer_mus[g] for g in layer_groups]
 
 
 def projected_proximal(weights, broadcast, *, learning_rate, mu,
-                       layer_adaptive) -> tf.Tensor:
-  """FedPTR's penalty sum_l (mu_l/2) ||w_l - w~_{t+1,l}||^2 (Eq. 2).
+                       layer_adaptive, layer_groups) -> tf.Tensor:
+  """FedPTR's penalty sum_l (mu_l/2) ||w^l - w~^l_{t+1}||^2 (Eq. 2).
 
   Args:
     weights: The trainable variables, in model order.
@@ -167,6 +272,8 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
     learning_rate: Unused.
     mu: The base strength, >= 0.
     layer_adaptive: Whether mu_l is layer-adaptive (see `layer_mu`).
+    layer_groups: One layer index per trainable variable
+      (`trainable_layer_groups`).
 
   Returns:
     A scalar tensor.
@@ -174,7 +281,8 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
   del learning_rate
   projected = list(broadcast[PROJECTED_MODEL_KEY])
   current = client_work_lib.model_weights_of(broadcast).trainable
-  mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive)
+  mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive,
+                 layer_groups=layer_groups)
   return tf.add_n([
       0.5 * m * tf.reduce_sum(tf.square(w - p))
       for w, p, m in zip(weights, projected, mus)
@@ -551,7 +659,8 @@ def build_fed_ptr(
                      f'keep no synthetic set between rounds), got '
                      f'{update_every!r}.')
   penalty = functools.partial(projected_proximal, mu=mu,
-                              layer_adaptive=layer_adaptive)
+                              layer_adaptive=layer_adaptive,
+                              layer_groups=trainable_layer_groups(model_fn))
   if report_client_cosine:
     model_aggregator = aggregators.ClientCosineFactory(model_aggregator)
   if side == 'client':
