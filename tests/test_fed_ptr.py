@@ -223,6 +223,10 @@ def test_rejects_bad_hyper_parameters():
   with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
                      r"got 'clients'\.$"):
     _build(MU, side='clients')
+  for momentum in (-0.5, 1.0, 2.0):
+    with pytest.raises(ValueError, match=r'^mtt_momentum must be a number in '
+                       rf'\[0, 1\), got {momentum!r}\.$'):
+      _build(MU, mtt_momentum=momentum)
 
 
 def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
