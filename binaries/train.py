@@ -171,13 +171,20 @@ flags.DEFINE_integer('projection_steps', 5, 'FedPTR projection steps P on '
 flags.DEFINE_boolean('layer_adaptive', True, 'FedPTR layer-adaptive mu_l '
                      '(else --mu for every layer).')
 flags.DEFINE_integer('update_every', 1, 'FedPTR: run MTT every this many '
-                     'rounds; 0 runs it once (one-shot).', lower_bound=0)
+                     'rounds (fedptr_s) or every this many of a client\'s '
+                     'participations (fedptr, whose clients keep their '
+                     'synthetic sets); 0 runs it once (one-shot).',
+                     lower_bound=0)
 flags.DEFINE_float('mtt_init_lr', 0.01, 'FedPTR initial synthetic step '
                    'size alpha_syn, positive.', lower_bound=1e-12)
-flags.DEFINE_float('mtt_image_lr', 100.0, 'FedPTR gradient-descent step of '
+flags.DEFINE_float('mtt_image_lr', 100.0, 'FedPTR SGD step size of '
                    'the synthetic images.', lower_bound=0.0)
-flags.DEFINE_float('mtt_lr_lr', 1e-4, 'FedPTR gradient-descent step of '
+flags.DEFINE_float('mtt_lr_lr', 1e-4, 'FedPTR SGD step size of '
                    'alpha_syn.', lower_bound=0.0)
+flags.DEFINE_float('mtt_momentum', 0.5, 'FedPTR momentum of the MTT outer '
+                   'SGD updates (images and alpha_syn), in [0, 1); MTT\'s '
+                   'default 0.5, 0 for plain gradient descent.',
+                   lower_bound=0.0)
 
 # --- The run -----------------------------------------------------------------
 flags.DEFINE_integer('rounds', None, 'Number of rounds. Default: the '

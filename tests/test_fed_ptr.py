@@ -73,9 +73,11 @@ def test_layer_adaptive_mu_on_two_layers():
   current = [np.float32([1.0, 1.0]), np.float32([0.0, 0.0, 0.0])]
   # Projected update norms: layer 1 ||(3, 4)|| = 5, layer 2 ||(0, 9, 12)|| = 15.
   projected = [np.float32([4.0, 5.0]), np.float32([0.0, 9.0, 12.0])]
-  mus = fed_ptr.layer_mu(projected, current, mu=0.1, layer_adaptive=True)
-  # mu_l = mu * L * d_l / sum_j d_j = 0.1 * 2 * (5, 15) / 20.
-  np.testing.assert_allclose([float(m) for m in mus], [0.05, 0.15],
+  # Two layers of one variable each (say, two bias-free Dense kernels).
+  mus = fed_ptr.layer_mu(projected, current, mu=0.1, layer_adaptive=True,
+                         layer_groups=(0, 1))
+  # mu_l = mu / d_l = 0.1 / (5, 15).
+  np.testing.assert_allclose([float(m) for m in mus], [0.02, 0.1 / 15],
                              rtol=1e-6)
   weights = [tf.Variable([2.0, 2.0]), tf.Variable([1.0, 1.0, 1.0])]
   broadcast = {
@@ -84,19 +86,131 @@ def test_layer_adaptive_mu_on_two_layers():
   }
   with tf.GradientTape() as tape:
     value = fed_ptr.projected_proximal(weights, broadcast, learning_rate=0.5,
-                                       mu=0.1, layer_adaptive=True)
-  # 0.05/2 * (4 + 9) + 0.15/2 * (1 + 64 + 121).
-  assert float(value) == pytest.approx(0.025 * 13 + 0.075 * 186, rel=1e-6)
+                                       mu=0.1, layer_adaptive=True,
+                                       layer_groups=(0, 1))
+  # 0.02/2 * (4 + 9) + (0.1/15)/2 * (1 + 64 + 121).
+  assert float(value) == pytest.approx(0.01 * 13 + 0.05 / 15 * 186, rel=1e-6)
   grads = tape.gradient(value, weights)
-  np.testing.assert_allclose(grads[0], [0.05 * -2.0, 0.05 * -3.0], rtol=1e-6)
-  np.testing.assert_allclose(grads[1], [0.15, 0.15 * -8.0, 0.15 * -11.0],
-                             rtol=1e-6)
+  np.testing.assert_allclose(grads[0], [0.02 * -2.0, 0.02 * -3.0], rtol=1e-6)
+  np.testing.assert_allclose(grads[1], np.float32([1.0, -8.0, -11.0]) * 0.1 /
+                             15, rtol=1e-6)
+  # The two variables as one layer (a kernel and its bias): one mu over the
+  # joint norm sqrt(5^2 + 15^2).
+  joint = fed_ptr.layer_mu(projected, current, mu=0.1, layer_adaptive=True,
+                           layer_groups=(0, 0))
+  assert [float(m) for m in joint] == pytest.approx(
+      [0.1 / np.sqrt(250.0)] * 2, rel=1e-6)
   constant = fed_ptr.layer_mu(projected, current, mu=0.1,
-                              layer_adaptive=False)
+                              layer_adaptive=False, layer_groups=(0, 1))
   assert [float(m) for m in constant] == pytest.approx([0.1, 0.1])
-  # No projected movement at all (P = 0, first round): every mu_l is mu.
-  still = fed_ptr.layer_mu(current, current, mu=0.1, layer_adaptive=True)
+  # No projected movement at all (P = 0, first round): every mu_l is mu;
+  # a layer that the projection does not move gets mu, the others mu / d_l.
+  still = fed_ptr.layer_mu(current, current, mu=0.1, layer_adaptive=True,
+                           layer_groups=(0, 1))
   assert [float(m) for m in still] == pytest.approx([0.1, 0.1])
+  half = fed_ptr.layer_mu([projected[0], current[1]], current, mu=0.1,
+                          layer_adaptive=True, layer_groups=(0, 1))
+  assert [float(m) for m in half] == pytest.approx([0.02, 0.1])
+  with pytest.raises(ValueError, match=r'^layer_groups has 3 entries for 2 '
+                     r'tensors\.$'):
+    fed_ptr.layer_mu(projected, current, mu=0.1, layer_adaptive=True,
+                     layer_groups=(0, 0, 1))
+
+
+def _conv_dense_keras_model():
+  """Conv2D (with bias) -> Flatten -> Dense (with bias): two layers."""
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(3, 3, 1)),
+      tf.keras.layers.Conv2D(2, 2, name='conv'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(3, name='dense'),
+  ])
+
+
+def _conv_dense_model_fn():
+  return tff.learning.models.from_keras_model(
+      _conv_dense_keras_model(),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(tf.TensorSpec([None, 3, 3, 1], tf.float32),
+                  tf.TensorSpec([None], tf.int32)))
+
+
+def test_layer_adaptive_mu_per_keras_layer_matches_numpy():
+  """mu_l = mu / ||w~^l - w^l_t|| over each Keras layer's kernel and bias."""
+  mu = 0.3
+  keras_model = _conv_dense_keras_model()
+  layers = [layer for layer in keras_model.layers if layer.trainable_weights]
+  assert [layer.name for layer in layers] == ['conv', 'dense']
+  rng = np.random.default_rng(4)
+  # Per Keras layer: (kernel, bias) of w_t, w~_{t+1} and the local w.
+  blocks = [[(rng.normal(size=v.shape), rng.normal(size=v.shape),
+              rng.normal(size=v.shape)) for v in layer.trainable_weights]
+            for layer in layers]
+  # NumPy, from the paper's formula on whole Keras layers.
+  expected_value = 0.0
+  expected_grads = []
+  for block in blocks:
+    d = np.sqrt(sum(np.sum((p - c)**2) for c, p, _ in block))
+    mu_l = mu / d
+    expected_value += mu_l / 2 * sum(np.sum((w - p)**2) for _, p, w in block)
+    expected_grads += [mu_l * (w - p) for _, p, w in block]
+  current = [c.astype(np.float32) for block in blocks for c, _, _ in block]
+  projected = [p.astype(np.float32) for block in blocks for _, p, _ in block]
+  local = [tf.Variable(w.astype(np.float32)) for block in blocks
+           for _, _, w in block]
+  broadcast = {
+      'model_weights': tff.learning.models.ModelWeights(current, []),
+      'projected_model_weights': projected,
+  }
+
+  def penalty(groups):
+    with tf.GradientTape() as tape:
+      value = fed_ptr.projected_proximal(
+          local, broadcast, learning_rate=0.1, mu=mu, layer_adaptive=True,
+          layer_groups=groups)
+    return float(value), [g.numpy() for g in tape.gradient(value, local)]
+
+  groups = fed_ptr.trainable_layer_groups(_conv_dense_model_fn)
+  assert groups == (0, 0, 1, 1)  # (conv kernel, conv bias, dense ...).
+  value, grads = penalty(groups)
+  assert value == pytest.approx(expected_value, rel=1e-5)
+  for got, want in zip(grads, expected_grads):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  # The old grouping, one "layer" per variable, is not the paper's.
+  old_value, _ = penalty((0, 1, 2, 3))
+  assert abs(old_value - expected_value) > 1e-2 * expected_value
+
+
+def test_layer_groups_of_the_mtt_convnet_and_the_tiny_model():
+  from tasks import models  # pylint: disable=g-import-not-at-top
+
+  def convnet_fn():
+    return tff.learning.models.from_keras_model(
+        models.create_mtt_convnet((8, 8, 1), 10, width=4, depth=2),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=(tf.TensorSpec([None, 8, 8, 1]),
+                    tf.TensorSpec([None], tf.int32)))
+
+  # conv, norm (scale, offset), conv, norm, dense: two variables each.
+  assert fed_ptr.trainable_layer_groups(convnet_fn) == (
+      0, 0, 1, 1, 2, 2, 3, 3, 4, 4)
+  assert fed_ptr.trainable_layer_groups(tiny.model_fn) == (0, 0)
+
+  # A Keras model nested in another: each variable goes to its innermost
+  # layer, not to the nested model.
+  def nested_fn():
+    inner = tf.keras.Sequential([
+        tf.keras.layers.Dense(3, input_shape=(4,)),
+        tf.keras.layers.Dense(3, use_bias=False)])
+    outer = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(4,)), inner,
+        tf.keras.layers.Dense(2)])
+    return tff.learning.models.from_keras_model(
+        outer,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=tiny.INPUT_SPEC)
+
+  assert fed_ptr.trainable_layer_groups(nested_fn) == (0, 0, 1, 2, 2)
 
 
 def test_rejects_bad_hyper_parameters():
@@ -109,6 +223,10 @@ def test_rejects_bad_hyper_parameters():
   with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
                      r"got 'clients'\.$"):
     _build(MU, side='clients')
+  for momentum in (-0.5, 1.0, 2.0):
+    with pytest.raises(ValueError, match=r'^mtt_momentum must be a number in '
+                       rf'\[0, 1\), got {momentum!r}\.$'):
+      _build(MU, mtt_momentum=momentum)
 
 
 def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
@@ -157,11 +275,15 @@ def test_diverging_mtt_is_rejected_and_keeps_the_synthetic_set():
     (0, [0, 1, 0, 0]),  # One-shot.
 ])
 def test_update_every_schedules_mtt(update_every, expected_ran):
-  process = _build(MU, update_every=update_every, mtt_outer_steps=1)
+  # A small image step, so that no MTT run diverges and is rejected.
+  process = _build(MU, update_every=update_every, mtt_outer_steps=1,
+                   mtt_image_lr=0.1)
   _, outputs = tiny.run_rounds(process, tiny.make_clients(), rounds=4,
                                  local_steps=LOCAL_STEPS)
   assert [int(o.metrics['distributor']['mtt_ran'])
           for o in outputs] == expected_ran
+  assert [int(o.metrics['distributor']['mtt_rejected'])
+          for o in outputs] == [0, 0, 0, 0]
   lrs = [float(o.metrics['distributor']['synthetic_lr']) for o in outputs]
   # The step size changes only in rounds where MTT ran; otherwise it is kept.
   for t in range(1, 4):

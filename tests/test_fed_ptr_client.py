@@ -5,7 +5,9 @@ full-batch clients, so every local step and every projection step is one
 full-batch gradient step that NumPy can repeat exactly.
 """
 
+import collections
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -16,6 +18,8 @@ from tests import binary
 from tests import tiny
 from tff_opt import aggregators
 from tff_opt import algorithms
+from tff_opt import client_states
+from tff_opt import mtt
 from tff_opt.algorithms import fed_ptr
 
 MU = 0.3
@@ -29,7 +33,7 @@ def _sgd(lr):
   return tff.learning.optimizers.build_sgdm(learning_rate=lr)
 
 
-def _build(mu, **kwargs):
+def _build(mu=MU, **kwargs):
   settings = dict(side='client', images_per_class=1, mtt_outer_steps=2,
                   mtt_inner_steps=2, projection_steps=2, mtt_init_lr=0.1,
                   mtt_image_lr=0.1, seed=SEED)
@@ -175,12 +179,20 @@ def _hand_made_clients():
           client([1, 0, 2, 2, 0, 1])]
 
 
-def test_projection_from_own_images_matches_numpy():
+def _numpy_layer_mus(anchor, w, mu):
+  """mu_l = mu / ||w~ - w_t|| over the tiny model's one layer (kernel, bias)."""
+  d = np.sqrt(sum(np.sum((a - b)**2) for a, b in zip(anchor, w)))
+  mu_l = mu / d if d > 0 else mu
+  return [mu_l for _ in w]
+
+
+@pytest.mark.parametrize('layer_adaptive', [False, True])
+def test_projection_from_own_images_matches_numpy(layer_adaptive):
   """No MTT updates (D_syn stays at its initialisation): w~ per client."""
   ipc, steps, alpha = 2, 3, 0.2
   process = _build(MU, mtt_outer_steps=0, images_per_class=ipc,
                    projection_steps=steps, mtt_init_lr=alpha,
-                   layer_adaptive=False)
+                   layer_adaptive=layer_adaptive)
   clients = _hand_made_clients()
   state, _ = tiny.run_rounds(process, clients, rounds=2,
                              local_steps=LOCAL_STEPS)
@@ -202,10 +214,12 @@ def test_projection_from_own_images_matches_numpy():
         anchor = w
       else:
         anchor = tiny.local_sgd(w, init_images(x, y), labels, alpha, steps)
+      mus = (_numpy_layer_mus(anchor, w, MU) if layer_adaptive else
+             [MU, MU])
       finals.append(tiny.local_sgd(
           w, x, y, CLIENT_LR, LOCAL_STEPS,
-          extra_grad=lambda v, a=anchor: [MU * (p - q)
-                                          for p, q in zip(v, a)]))
+          extra_grad=lambda v, a=anchor, m=mus: [
+              m_l * (p - q) for p, q, m_l in zip(v, a, m)]))
     w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
   for got, want in zip(tiny.trainable(process, state), w):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -215,14 +229,240 @@ def test_projection_from_own_images_matches_numpy():
   assert np.abs(prox[0] - w[0]).max() > 1e-4
 
 
-def test_client_side_rejects_update_every_and_bad_side():
-  with pytest.raises(ValueError, match=r"^update_every must be 1 with "
-                     r"side='client' \(clients keep no synthetic set between "
-                     r"rounds\), got 2\.$"):
-    _build(MU, update_every=2)
+# --- Client state: each client keeps its D_syn and alpha_syn ----------------
+
+IPC = 2
+P_STEPS = 2
+OUTER = 2
+INNER = 2
+IMAGE_LR = 0.1
+LR_LR = 1e-3  # alpha_syn visibly moves in two steps; no run diverges.
+MOMENTUM = 0.5
+
+
+def _stateful_settings(update_every):
+  return dict(
+      mu=MU, images_per_class=IPC, mtt_outer_steps=OUTER,
+      mtt_inner_steps=INNER, projection_steps=P_STEPS,
+      layer_adaptive=True, update_every=update_every, mtt_init_lr=0.1,
+      mtt_image_lr=IMAGE_LR, mtt_lr_lr=LR_LR, mtt_momentum=MOMENTUM)
+
+
+def _run_schedule(process, clients, schedule):
+  """Rounds in which `schedule[r]` (client indices) take part.
+
+  Returns:
+    `(outputs, states, weights)`: each round's output; `states[r]` the
+    `{client: state}` of the clients seen after round r (`states[0]` empty,
+    before round 1); `weights[r]` the global model after round r
+    (`weights[0]` the initial one).
+  """
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  store = {}
+  outputs, states, weights = [], [{}], [tiny.trainable(process, state)]
+  for sampled in schedule:
+    output, new_states = process.next(
+        state,
+        tiny.full_batch_datasets([clients[k] for k in sampled], LOCAL_STEPS),
+        [store.get(k, process.initial_client_state()) for k in sampled])
+    store.update(zip(sampled, new_states))
+    state = output.state
+    outputs.append(output)
+    states.append(dict(store))
+    weights.append(tiny.trainable(process, state))
+  return outputs, states, weights
+
+
+@pytest.fixture(scope='module')
+def every_two():
+  """update_every=2, built through the registry (as binaries.train does)."""
+  from tff_opt import registry  # pylint: disable=g-import-not-at-top
+  process = registry.build_process(
+      'fedptr', tiny.model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0),
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      client_lr_schedule=None, **_stateful_settings(update_every=2))
+  assert client_states.is_client_stateful(process)
+  return process
+
+
+def _assert_same_state(a, b):
+  assert set(a) == set(b)
+  for key in a:
+    np.testing.assert_array_equal(np.asarray(a[key]), np.asarray(b[key]))
+
+
+def test_stored_set_is_reused_when_not_due_and_matches_numpy(every_two):
+  clients = _hand_made_clients()
+  outputs, states, weights = _run_schedule(every_two, clients,
+                                           [[0, 1, 2]] * 3)
+  initial = every_two.initial_client_state()
+  assert initial['synthetic_images'].shape == (tiny.NUM_CLASSES * IPC,
+                                               tiny.NUM_FEATURES)
+  for k in range(3):
+    # Round 1 (no w_{t-1}): nothing to match, the state is untouched.
+    _assert_same_state(states[1][k], initial)
+    # Round 2: the client's first chance, MTT ran from its own data.
+    assert int(states[2][k]['matching_rounds']) == 1
+    assert float(states[2][k]['synthetic_lr']) != pytest.approx(0.1,
+                                                                 abs=1e-6)
+    assert np.abs(states[2][k]['synthetic_images']).max() > 0.0
+    # Round 3: not due (1 earlier chance, update_every=2): D_syn and
+    # alpha_syn are kept exactly; only the count moves.
+    assert int(states[3][k]['matching_rounds']) == 2
+    np.testing.assert_array_equal(states[3][k]['synthetic_images'],
+                                  states[2][k]['synthetic_images'])
+    assert states[3][k]['synthetic_lr'] == states[2][k]['synthetic_lr']
+  assert [_prepare(o, 'mtt_ran') for o in outputs] == [0.0, 1.0, 0.0]
+  assert [_prepare(o, 'mtt_reused') for o in outputs] == [0.0, 0.0, 1.0]
+  assert [_prepare(o, 'mtt_rejected') for o in outputs] == [0.0] * 3
+  # Round 3 in NumPy: each client projects w_2 with its stored set and step
+  # size, then trains with the layer-adaptive penalty toward it.
+  labels = np.repeat(np.arange(tiny.NUM_CLASSES), IPC)
+  w = [t.astype(np.float64) for t in weights[2]]
+  finals = []
+  for k, (x, y) in enumerate(clients):
+    stored = states[2][k]
+    anchor = tiny.local_sgd(w, stored['synthetic_images'].astype(np.float64),
+                            labels, float(stored['synthetic_lr']), P_STEPS)
+    mus = _numpy_layer_mus(anchor, w, MU)
+    finals.append(tiny.local_sgd(
+        w, x, y, CLIENT_LR, LOCAL_STEPS,
+        extra_grad=lambda v, a=anchor, m=mus: [
+            m_l * (p - q) for p, q, m_l in zip(v, a, m)]))
+  expected = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+  for got, want in zip(weights[3], expected):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_due_is_counted_per_client_under_partial_participation(every_two):
+  """Client 1 skips rounds 1 and 3: its 2nd chance (round 4) is not due."""
+  clients = _hand_made_clients()
+  outputs, states, _ = _run_schedule(every_two, clients,
+                                     [[0], [0, 1], [0], [0, 1]])
+  # Client 0 had a chance in rounds 2, 3, 4: MTT in 2 and 4, reuse in 3.
+  assert [int(states[r][0]['matching_rounds']) for r in (1, 2, 3, 4)] == [
+      0, 1, 2, 3]
+  _assert_same_state(
+      {k: v for k, v in states[3][0].items() if k != 'matching_rounds'},
+      {k: v for k, v in states[2][0].items() if k != 'matching_rounds'})
+  assert np.abs(states[4][0]['synthetic_images'] -
+                states[3][0]['synthetic_images']).max() > 1e-6
+  # Client 1 had chances in rounds 2 and 4 only: MTT in 2, reuse in 4 (a
+  # rule on the round number would have re-run it in round 4).
+  assert int(states[4][1]['matching_rounds']) == 2
+  np.testing.assert_array_equal(states[4][1]['synthetic_images'],
+                                states[2][1]['synthetic_images'])
+  assert states[4][1]['synthetic_lr'] == states[2][1]['synthetic_lr']
+  assert all(_prepare(o, 'mtt_rejected') == 0.0 for o in outputs)
+  # Round 4's clients: client 0 ran MTT, client 1 reused (plain mean).
+  assert _prepare(outputs[3], 'mtt_ran') == 0.5
+  assert _prepare(outputs[3], 'mtt_reused') == 0.5
+
+  # The states survive the training loop's checkpoint layout, and a round
+  # run from the unpacked states is the round run from the originals.
+  ids = ['client_0', 'client_1', 'client_2']
+  store = {ids[k]: s for k, s in states[4].items()}
+  initial = every_two.initial_client_state()
+  packed = client_states.pack(ids, store, initial)
+  np.testing.assert_array_equal(packed['seen'], [True, True, False])
+  assert packed['states']['synthetic_images'].shape == (
+      3, tiny.NUM_CLASSES * IPC, tiny.NUM_FEATURES)
+  unpacked = client_states.unpack(ids, packed, initial)
+  assert sorted(unpacked) == ids[:2]
+  for cid, state in store.items():
+    _assert_same_state(unpacked[cid], state)
+    for key in state:
+      assert np.asarray(unpacked[cid][key]).dtype == np.asarray(
+          state[key]).dtype
+  server_state = outputs[3].state
+  datasets = tiny.full_batch_datasets(clients[:2], LOCAL_STEPS)
+  original, original_states = every_two.next(
+      server_state, datasets, [states[4][0], states[4][1]])
+  resumed, resumed_states = every_two.next(
+      server_state, datasets, [unpacked[ids[0]], unpacked[ids[1]]])
+  for got, want in zip(tiny.trainable(every_two, resumed.state),
+                       tiny.trainable(every_two, original.state)):
+    np.testing.assert_array_equal(got, want)
+  for got, want in zip(resumed_states, original_states):
+    _assert_same_state(got, want)
+
+
+def _linear_forward(weights, x):
+  kernel, bias = weights
+  return tf.matmul(x, kernel) + bias
+
+
+def test_update_every_one_reruns_mtt_from_the_stored_set():
+  process = _build(**_stateful_settings(update_every=1))
+  clients = _hand_made_clients()
+  outputs, states, weights = _run_schedule(process, clients, [[0, 1, 2]] * 3)
+  assert [_prepare(o, 'mtt_ran') for o in outputs] == [0.0, 1.0, 1.0]
+  assert [_prepare(o, 'mtt_reused') for o in outputs] == [0.0, 0.0, 0.0]
+  assert [_prepare(o, 'mtt_rejected') for o in outputs] == [0.0] * 3
+  labels = mtt.synthetic_labels(tiny.NUM_CLASSES, IPC)
+  for k, (x, y) in enumerate(clients):
+    assert int(states[3][k]['matching_rounds']) == 2
+    # Round 3 matched (w_1 -> w_2), starting from what round 2 left.
+    images, lr, _, _ = mtt.distill(
+        _linear_forward, [tf.constant(w) for w in weights[1]],
+        [tf.constant(w) for w in weights[2]],
+        tf.constant(states[2][k]['synthetic_images']), labels,
+        tf.constant(states[2][k]['synthetic_lr']), outer_steps=OUTER,
+        inner_steps=INNER, image_lr=IMAGE_LR, lr_lr=LR_LR, momentum=MOMENTUM)
+    np.testing.assert_allclose(states[3][k]['synthetic_images'], images,
+                               rtol=1e-4, atol=1e-5)
+    assert float(states[3][k]['synthetic_lr']) == pytest.approx(float(lr),
+                                                                rel=1e-4)
+    assert np.abs(states[3][k]['synthetic_images'] -
+                  states[2][k]['synthetic_images']).max() > 1e-4
+    # Not a fresh start from the client's own images.
+    fresh, _ = fed_ptr.client_synthetic_images(
+        tf.data.Dataset.from_tensors((x, y)), num_classes=tiny.NUM_CLASSES,
+        images_per_class=IPC, input_shape=[tiny.NUM_FEATURES], seed=SEED)
+    fresh_images, _, _, _ = mtt.distill(
+        _linear_forward, [tf.constant(w) for w in weights[1]],
+        [tf.constant(w) for w in weights[2]], fresh, labels,
+        tf.constant(0.1), outer_steps=OUTER, inner_steps=INNER,
+        image_lr=IMAGE_LR, lr_lr=LR_LR, momentum=MOMENTUM)
+    assert np.abs(states[3][k]['synthetic_images'] -
+                  fresh_images.numpy()).max() > 1e-3
+
+
+def test_a_client_whose_update_was_zeroed_keeps_its_state():
+  old = collections.OrderedDict([
+      ('synthetic_images', tf.ones([2, 3])),
+      ('synthetic_lr', tf.constant(0.2)),
+      ('matching_rounds', tf.constant(4)),
+  ])
+  def next_state(valid):
+    return {'next_client_state': collections.OrderedDict([
+        ('synthetic_images', 5.0 * tf.ones([2, 3]) * valid),
+        ('synthetic_lr', tf.constant(0.3) * valid),
+        ('matching_rounds', tf.constant(5.0) * valid),
+        ('valid', tf.constant(valid)),
+    ])}
+  merged = {'client_state': old}
+  update_fn = fed_ptr._client_state_update  # pylint: disable=protected-access
+  kept = update_fn(merged, next_state(0.0))
+  updated = update_fn(merged, next_state(1.0))
+  _assert_same_state({k: v.numpy() for k, v in kept.items()},
+                     {k: v.numpy() for k, v in old.items()})
+  assert float(updated['synthetic_lr']) == pytest.approx(0.3)
+  assert int(updated['matching_rounds']) == 5
+  assert updated['matching_rounds'].dtype == tf.int32
+  np.testing.assert_array_equal(updated['synthetic_images'],
+                                5.0 * np.ones([2, 3]))
+
+
+def test_bad_side_and_momentum_are_rejected():
   with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
                      r"got 'both'\.$"):
     _build(MU, side='both')
+  with pytest.raises(ValueError, match=r'^mtt_momentum must be a number in '
+                     r'\[0, 1\), got 1\.0\.$'):
+    _build(MU, mtt_momentum=1.0)
 
 
 def test_digits_mtt_convnet_option():
@@ -254,14 +494,18 @@ def test_binary_runs_fedptr_on_digits_with_mtt_convnet(tmp_path):
       '--task=digits', '--algorithm=fedptr', '--mu=0.01',
       '--task_option=model=mtt_convnet', '--images_per_class=1',
       '--mtt_outer_steps=1', '--mtt_inner_steps=1', '--projection_steps=1',
+      '--update_every=2', '--mtt_momentum=0.25',
       '--clients_per_round=2', '--client_epochs=1', '--rounds=2',
       '--eval_every=2', '--seed=1', '--server_opt=sgd', '--server_lr=1.0',
       f'--output_dir={output_dir}') == 0
   with open(f'{output_dir}/metrics.csv') as f:
     rows = list(csv.DictReader(f))
+  with open(f'{output_dir}/hparams.json') as f:
+    hparams = json.load(f)
+  assert (hparams['update_every'], hparams['mtt_momentum']) == (2, 0.25)
   assert [r['round'] for r in rows] == ['1', '2']
   for column in ('mtt_loss', 'synthetic_lr', 'mtt_seconds', 'mtt_ran',
-                 'client_global_cosine'):
+                 'mtt_reused', 'client_global_cosine'):
     assert column in rows[0], (column, list(rows[0]))
   assert [float(r['mtt_ran']) for r in rows] == [0.0, 1.0]
   assert float(rows[1]['mtt_loss']) > 0.0

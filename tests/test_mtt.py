@@ -1,6 +1,7 @@
 """Trajectory matching (tff_opt/mtt.py): descent and exact unrolled gradients."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -106,3 +107,56 @@ def test_mtt_convnet_parameters_and_differentiable_forward():
       got, want, grad_values = session.run((logits, expected, grads))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   assert all(np.abs(g).max() > 0 for g in grad_values)
+
+
+def _distill_float64(outer_steps, momentum, x0, lr0, image_lr, lr_lr):
+  start, target = _trajectory(seed=2)
+  y = mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
+  return mtt.distill(
+      _linear_forward, [tf.constant(w, tf.float64) for w in start],
+      [tf.constant(w, tf.float64) for w in target], tf.constant(x0), y,
+      tf.constant(lr0, tf.float64), outer_steps=outer_steps,
+      inner_steps=INNER_STEPS, image_lr=image_lr, lr_lr=lr_lr,
+      momentum=momentum), start, target, y
+
+
+def test_outer_steps_follow_numpy_momentum_update():
+  """Two outer steps against v <- m v + g, value <- value - rate * v."""
+  momentum, image_lr, lr_lr, lr0 = 0.5, 2.0, 0.05, 0.3
+  x0 = np.random.default_rng(8).normal(
+      size=(2 * tiny.NUM_CLASSES, tiny.NUM_FEATURES))
+  (x, lr, first, last), start, target, y = _distill_float64(
+      2, momentum, x0, lr0, image_lr, lr_lr)
+
+  def gradients(x_value, lr_value):
+    # The unrolled gradients (checked against finite differences above).
+    loss, g_x, g_lr = mtt.matching_gradients(
+        _linear_forward, [tf.constant(w, tf.float64) for w in start],
+        [tf.constant(w, tf.float64) for w in target], tf.constant(x_value),
+        y, tf.constant(lr_value, tf.float64), INNER_STEPS)
+    return float(loss), g_x.numpy(), float(g_lr)
+
+  # NumPy: PyTorch's SGD with momentum (MTT's outer optimizer), velocities
+  # starting at zero.
+  loss_1, g_x1, g_lr1 = gradients(x0, lr0)
+  v_x, v_lr = g_x1, g_lr1
+  x1, lr1 = x0 - image_lr * v_x, lr0 - lr_lr * v_lr
+  loss_2, g_x2, g_lr2 = gradients(x1, lr1)
+  v_x, v_lr = momentum * v_x + g_x2, momentum * v_lr + g_lr2
+  x2, lr2 = x1 - image_lr * v_x, lr1 - lr_lr * v_lr
+  np.testing.assert_allclose(x.numpy(), x2, rtol=1e-8, atol=1e-9)
+  assert float(lr) == pytest.approx(lr2, rel=1e-8)
+  assert (float(first), float(last)) == pytest.approx((loss_1, loss_2),
+                                                      rel=1e-8)
+  # Momentum mattered: plain gradient descent ends elsewhere.
+  (x_gd, _, _, _), *_ = _distill_float64(2, 0.0, x0, lr0, image_lr, lr_lr)
+  np.testing.assert_allclose(x_gd.numpy(), x1 - image_lr * g_x2, rtol=1e-8,
+                             atol=1e-9)
+  assert np.abs(x_gd.numpy() - x2).max() > 1e-3
+
+
+@pytest.mark.parametrize('momentum', [-0.1, 1.0, 1.5, True, '0.5'])
+def test_distill_rejects_bad_momentum(momentum):
+  with pytest.raises(ValueError, match=r'^momentum must be a number in '
+                     r'\[0, 1\), got '):
+    _distill_float64(1, momentum, np.zeros((6, 4)), 0.1, 1.0, 0.1)

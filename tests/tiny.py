@@ -10,6 +10,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import client_states
+
 NUM_FEATURES = 4
 NUM_CLASSES = 3
 
@@ -114,14 +116,25 @@ ClientMetrics = collections.namedtuple('ClientMetrics', ['loss', 'accuracy'])
 def run_rounds(process, clients, *, rounds, local_steps):
   """Runs `process` from `initial_weights()` on full-batch clients.
 
+  A process with per-client state (`client_states.ClientStatefulProcess`)
+  gets every client's state from its previous round (a new client's at the
+  start), all clients taking part in every round.
+
   Returns:
     `(final state, [output of each round])`.
   """
   state = set_weights(process, process.initialize(), initial_weights())
+  stateful = client_states.is_client_stateful(process)
+  if stateful:
+    states = [process.initial_client_state() for _ in clients]
   outputs = []
   for _ in range(rounds):
-    outputs.append(process.next(state,
-                                full_batch_datasets(clients, local_steps)))
+    datasets = full_batch_datasets(clients, local_steps)
+    if stateful:
+      output, states = process.next(state, datasets, states)
+    else:
+      output = process.next(state, datasets)
+    outputs.append(output)
     state = outputs[-1].state
   return state, outputs
 

@@ -10,7 +10,7 @@ weights and CE the mean softmax cross-entropy:
                     n = 0 .. N-1                       (unrolled, N inner steps)
     loss          = ||student_N - w_t||^2 / ||w_{t-1} - w_t||^2
 
-and (x_syn, alpha_syn) take gradient-descent steps on `loss` through the
+and (x_syn, alpha_syn) take SGD steps (with momentum) on `loss` through the
 unrolled steps (second-order gradients: nested `tf.GradientTape`s), for a
 number of outer iterations. The projection of FedPTR is then
 
@@ -22,9 +22,18 @@ tests/test_mtt.py):
   sets are 10 or 2 images per class; MTT's default batch is the whole set).
 - Labels are hard and fixed: `images_per_class` images of each class, in
   class order; only the images and alpha_syn are learned.
-- Outer updates are plain gradient descent with separate rates for the
-  images (`image_lr`) and for alpha_syn (`lr_lr`); alpha_syn is learned
-  directly (not its logarithm), as in MTT.
+- Outer updates are SGD with heavy-ball momentum m (`momentum`), in
+  PyTorch's form, which MTT's `torch.optim.SGD(momentum=0.5)` uses for both
+  the images and alpha_syn:
+
+      v <- m * v + grad,    value <- value - rate * v,
+
+  with separate rates for the images (`image_lr`) and for alpha_syn
+  (`lr_lr`); alpha_syn is learned directly (not its logarithm), as in MTT.
+  m = 0 (this module's default) is plain gradient descent. The velocities
+  start at zero in every `distill` call: one call is one MTT run on one
+  trajectory segment (w_{t-1} -> w_t), and FedPTR's next run matches a
+  different segment, so no velocity is carried from run to run.
 - The denominator ||w_{t-1} - w_t||^2 is floored at 1e-12 (a rejected or
   identical round would otherwise divide by zero).
 - The reported MTT loss is the one of the last outer iteration's student
@@ -157,9 +166,21 @@ def matching_gradients(forward: Forward, start, target, x, y, lr,
   return loss, grad_x, grad_lr
 
 
+def check_momentum(name: str, momentum) -> None:
+  """Raises ValueError naming `name` unless 0 <= `momentum` < 1."""
+  if (isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or
+      not 0.0 <= momentum < 1.0):
+    raise ValueError(f'{name} must be a number in [0, 1), got {momentum!r}.')
+
+
 def distill(forward: Forward, start, target, x, y, lr, *, outer_steps: int,
-            inner_steps: int, image_lr: float, lr_lr: float):
+            inner_steps: int, image_lr: float, lr_lr: float,
+            momentum: float = 0.0):
   """Runs `outer_steps` MTT updates of (x, lr) (a `tf.while_loop`).
+
+  Each update is one SGD-with-momentum step (see the module docstring):
+  v_x <- m v_x + dL/dx, x <- x - image_lr v_x, and likewise for lr with
+  `lr_lr`; both velocities start at zero.
 
   Args:
     forward: Pure forward of the weights.
@@ -172,24 +193,34 @@ def distill(forward: Forward, start, target, x, y, lr, *, outer_steps: int,
     inner_steps: N, unrolled student steps per update.
     image_lr: Step size of the image updates.
     lr_lr: Step size of the alpha_syn updates.
+    momentum: The momentum m of both updates, 0 <= m < 1 (0: plain gradient
+      descent).
 
   Returns:
     `(x, lr, first_loss, last_loss)`: the updated images and step size, the
     matching loss before the first update and the one computed at the last
     update (both 0 when `outer_steps` is 0).
+
+  Raises:
+    ValueError: If `momentum` is not in [0, 1).
   """
+  check_momentum('momentum', momentum)
   x = tf.convert_to_tensor(x)
   lr = tf.convert_to_tensor(lr, x.dtype)
   zero = tf.zeros([], x.dtype)
+  m = tf.cast(momentum, x.dtype)
 
-  def body(i, x, lr, first, last):
+  def body(i, x, lr, velocity_x, velocity_lr, first, last):
     loss, grad_x, grad_lr = matching_gradients(forward, start, target, x, y,
                                                lr, inner_steps)
     first = tf.where(tf.equal(i, 0), loss, first)
-    return (i + 1, x - tf.cast(image_lr, x.dtype) * grad_x,
-            lr - tf.cast(lr_lr, x.dtype) * grad_lr, first, loss)
+    velocity_x = m * velocity_x + grad_x
+    velocity_lr = m * velocity_lr + grad_lr
+    return (i + 1, x - tf.cast(image_lr, x.dtype) * velocity_x,
+            lr - tf.cast(lr_lr, x.dtype) * velocity_lr, velocity_x,
+            velocity_lr, first, loss)
 
-  _, x, lr, first, last = tf.while_loop(
+  _, x, lr, _, _, first, last = tf.while_loop(
       lambda i, *_: i < outer_steps, body,
-      (tf.constant(0), x, lr, zero, zero))
+      (tf.constant(0), x, lr, tf.zeros_like(x), zero, zero, zero))
   return x, lr, first, last

@@ -167,24 +167,27 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'sum_l mu_l/2 ||w_l - w~_l||^2 (--mu, --images_per_class, '
                      '--mtt_outer_steps, --mtt_inner_steps, '
                      '--projection_steps, --layer_adaptive, --update_every, '
-                     '--mtt_init_lr, --mtt_image_lr, --mtt_lr_lr)'),
+                     '--mtt_init_lr, --mtt_image_lr, --mtt_lr_lr, '
+                     '--mtt_momentum)'),
             build=algorithms.build_fed_ptr,
             hparams=('mu', 'images_per_class', 'mtt_outer_steps',
                      'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
                      'update_every', 'mtt_init_lr', 'mtt_image_lr',
-                     'mtt_lr_lr')),
+                     'mtt_lr_lr', 'mtt_momentum')),
         Algorithm(
             name='fedptr',
             summary=('FedPTR (client side): each client matches the last '
                      'global step (w_{t-1}, w_t) on a synthetic set started '
                      'from its own images, projects w~_{t+1} and trains with '
-                     'sum_l mu_l/2 ||w_l - w~_l||^2 (same flags as fedptr_s; '
-                     '--update_every must be 1)'),
+                     'sum_l mu_l/2 ||w_l - w~_l||^2; each client keeps its '
+                     'synthetic set as client state and re-runs MTT every '
+                     '--update_every of its participations (same flags as '
+                     'fedptr_s)'),
             build=functools.partial(algorithms.build_fed_ptr, side='client'),
             hparams=('mu', 'images_per_class', 'mtt_outer_steps',
                      'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
                      'update_every', 'mtt_init_lr', 'mtt_image_lr',
-                     'mtt_lr_lr')),
+                     'mtt_lr_lr', 'mtt_momentum')),
     ]
 }
 

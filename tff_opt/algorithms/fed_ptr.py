@@ -22,24 +22,58 @@ Client-side FedPTR (`side='client'`, Algorithm 2): the server broadcasts
 {'model_weights': w_t, 'previous_model_weights': w_{t-1}, 'has_previous'}
 (`distributors.with_previous_model`, FedFOR's two-model broadcast) and every
 sampled client, before its local training (`client_work`'s `prepare_fn`
-pre-pass, inside the client's TF computation), runs steps 1-2 itself:
-D_syn starts from its own data (`client_synthetic_images`), alpha_syn from
-`mtt_init_lr`, `mtt_outer_steps` MTT updates match (w_{t-1} -> w_t), and P
-projection steps give its own w~_{t+1}; step 3 is then the same penalty.
+pre-pass, inside the client's TF computation), runs steps 1-2 itself on its
+own synthetic set, which it keeps from round to round as client state (see
+"Client state" below); step 3 is then the same penalty.
+
+Layer-adaptive mu (Sec. 3.1, "Adaptive Regularization Parameter"; the
+formula itself is lost in our copy of the paper). What survives:
+- the motivation: "when applied this norm regularization in neural network
+  models, the model difference can vary drastically among different
+  convolutional layers [...] This motivates us to use a layer-adaptive mu
+  rather than a constant";
+- the definition's preamble: "let [w~^l_{t+1}] denotes parameters for the
+  l-th layer in [w~_{t+1}] and [w^l_t] denotes parameters for the l-th
+  layer in [w_t], we can define the adaptive mu as follows: [lost]", so
+  mu_l is a function of these two blocks and of "the base mu for
+  layer-adaptive regularization parameter" (Sec. 5.1) only;
+- Appendix B.1: "we plot the norms of [lost] of the four different
+  convolutional layers [...] the norm of [lost] between layers varies and
+  it also changes along with different phases of training [...] Such a
+  phenomenon indicates that it might be helpful to use a layer-adaptive mu
+  rather than a constant."
+Our reading: the per-layer "model difference" is the norm of the layer's
+projected step, d_l = ||w~^l_{t+1} - w^l_t||_2 (the only difference the two
+named blocks define, and a norm is what the appendix plots), and the
+adaptive mu compensates for its variation across layers:
+
+    mu_l = mu / d_l        (mu_l = mu when d_l = 0).
+
+Then the pull of the penalty at the start of local training (w = w_t),
+mu_l (w^l_t - w~^l_{t+1}), has norm exactly mu in every layer, whether the
+projection moves that layer a lot or a little, which a constant mu cannot
+give when the d_l "vary drastically". Readings not taken: mu * d_l (and
+this module's earlier mu * L * d_l / sum_j d_j) amplifies the disparity
+(the pull grows as d_l^2), the opposite of what the motivation asks;
+mu / d_l^2 equalises the penalty's value instead, making the pull mu / d_l,
+largest on the layers the projection barely moves. A "layer" is one Keras
+layer: all its trainable variables (a kernel and its bias; a norm layer's
+scale and offset) form the block w^l and d_l is the norm over the whole
+block -- the paper speaks of the layers of its ConvNet, not of tensors.
+`trainable_layer_groups` reads the grouping from the model once, at build
+time (the Keras layer owning each trainable variable; for a model that is
+not a TFF-wrapped Keras model, the variables' name scopes), and the
+penalty gets it as one group index per trainable variable. d_l = 0 (the
+first round, or P = 0: w~_{t+1} = w_t) gives mu, so such a round is
+FedProx toward w_t. A consequence, not guarded: plain local SGD on the
+penalty is stable only while eta * mu_l < 2, so a layer the projection
+barely moves (d_l < eta * mu / 2) makes that client diverge, and the
+client work then drops it (`non_finite_clients`). The clients compute mu_l
+from what they receive; nothing else is broadcast. `layer_adaptive=False`
+uses mu for every layer.
 
 Choices the paper leaves open (each written here and tested in
 tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
-- Layer-adaptive mu (its formula is missing from our copy of the paper). A
-  "layer" is one trainable variable (a kernel or a bias). With
-  d_l = ||w~_{t+1,l} - w_{t,l}|| the projected update norm of layer l and L
-  the number of layers,
-
-      mu_l = mu * L * d_l / sum_j d_j,
-
-  so mu_l scales with the layer's projected update norm and the mean of the
-  mu_l is mu (the paper's "base" mu). When every d_l is 0 (first round, or
-  P = 0) mu_l = mu. The clients compute mu_l from what they receive; nothing
-  else is broadcast. `layer_adaptive=False` uses mu for every layer.
 - First round (no w_{t-1}): no MTT and w~_1 = w_0, so the round is FedProx
   toward w_t, as the issue asks.
 - D_syn starts as N(0, 1) noise (stateless, from `seed`) with
@@ -49,19 +83,30 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
 - `update_every = k >= 1` runs MTT in the rounds with a previous model whose
   index (counted from the first such round) is a multiple of k; `0` runs it
   once ("one-shot"). Between MTT runs the last D_syn and alpha_syn are kept
-  and still used for the projection.
+  and still used for the projection ("when there is no MTT update over the
+  auxiliary dataset, we still need to perform the trajectory projection
+  step (with the 'old' auxiliary dataset)", Sec. 5.3). Client side: see
+  "Client state" below.
 - A guard the paper does not need to state: an MTT run whose images, step
   size or loss is non-finite, or whose alpha_syn is not positive, is
   rejected (the previous D_syn and alpha_syn are kept, `mtt_rejected` is 1);
   a non-finite projection falls back to w~_{t+1} = w_t
   (`projection_non_finite` is 1), so one bad MTT run cannot poison the
   clients' penalty.
+- MTT's outer optimizer: SGD with momentum `mtt_momentum` (PyTorch's form,
+  `tff_opt.mtt`) on the images and on alpha_syn, 0.5 by default: MTT's
+  `torch.optim.SGD(momentum=0.5)`, and the paper sets "the rest of the MTT
+  hyper-parameters [...] as the default value in Cazenavette et al.". The
+  velocities start at zero in every MTT run (each run matches a new
+  segment w_{t-1} -> w_t); 0 gives plain gradient descent.
 - Outer-step sizes (MTT's own defaults are tuned to ZCA-whitened CIFAR):
   `mtt_image_lr` = 100, `mtt_lr_lr` = 1e-4, `mtt_init_lr` = 0.01 (the
   paper's initial alpha_syn is lost in our copy). On `digits` (one image
   per class, N = 5, alpha_syn from 0.05) image_lr = 100 took the matching
   loss from 1.15 to 0.62 in 30 outer steps; image_lr = 1 (alpha_syn from
-  0.01) left it at 1.00.
+  0.01) left it at 1.00. (Both measured with plain gradient descent,
+  before `mtt_momentum`; momentum 0.5 makes the steady-state step up to
+  twice as long.)
 - w_{t-1} is the model this process broadcast in the round before (after a
   rejected round, w_{t-1} = w_t and the matching loss's denominator is
   floored, see `tff_opt.mtt`).
@@ -71,20 +116,57 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   example met again fills another slot); slots with no real example
   (classes the client lacks, or the tail of a class with fewer than
   `images_per_class` examples) hold N(0, 1) noise from `seed`, the same
-  noise on every client and in every round (TFF clients are anonymous and
-  stateless, so there is nothing else to seed from).
-- Client side, clients keep nothing between rounds: each MTT run starts
-  afresh from the initialisation above and alpha_syn = `mtt_init_lr`, so
-  `update_every` must be 1. The same divergence guards apply per client
-  (a rejected run projects with the initial D_syn and alpha_syn).
+  noise on every client (TFF clients are anonymous, so there is nothing
+  else to seed from). This initialisation happens once per client, at its
+  first MTT run; later runs continue from its stored set.
+- Client side, the same divergence guards apply per client: a rejected run
+  keeps the D_syn and alpha_syn it started from (for a first run: the
+  initialisation above and `mtt_init_lr`) and projects with them.
 - Client side, first round (`has_previous` false): no MTT, w~_1 = w_0, the
   round is FedProx toward w_t.
 
+Client state (client side). The paper keeps the auxiliary set across rounds
+("Algorithm 2 [...] For partial participation cases, we can simply allow
+selected clients to perform MTT from the past trajectories it observed";
+Sec. 5.3 and Figure 1 vary how often it is updated), so client-side FedPTR
+is a `client_states.ClientStatefulProcess`, like SCAFFOLD and FedDyn: the
+training loop keeps each client's state by client id and checkpoints it
+with the server state (`client_states.pack`/`unpack`). A client's state is
+
+    {'synthetic_images': D_syn, 'synthetic_lr': alpha_syn,
+     'matching_rounds': n}
+
+with n the number of its earlier participations that had a previous model
+(its chances to match). A client never seen has n = 0 (its images are zeros
+and never used, alpha_syn = `mtt_init_lr`). In a round with a previous
+model, MTT is due for the client when n is a multiple of k = `update_every`
+(k = 0: when n = 0, one-shot); a due run starts from its stored D_syn and
+alpha_syn, or, at n = 0, from its own data (below) and `mtt_init_lr`; when
+not due, the client projects with its stored D_syn and alpha_syn unchanged.
+n then grows by one. In a round without a previous model (the first) the
+state is left as it is. Why count per client, not by round number: a
+client cannot see the round number (it would have to be broadcast), and
+with partial participation a round-number rule would refresh a client's
+set only when it happens to be sampled in a due round -- never, for a
+client sampled only in other rounds -- whereas the per-client count
+refreshes it every k of its own chances, as "selected clients [...]
+perform MTT from the past trajectories it observed" asks; with full
+participation (every client in every round) both rules are the same.
+Mechanics: the `prepare_fn` pre-pass reads the state (the client work's
+input is the broadcast plus `'client_state'`), hands the client's next state
+to the client work's report hook, and `to_server` keeps it from leaving the
+client (the server gets the delta only; `bytes_client_to_server` is
+FedAvg's). A client whose update is not finite (dropped by the client work)
+keeps the state it came with. The checkpoint holds population x
+C * `images_per_class` images.
+
 Diagnostics. FedPTR-S reports them under `distributor` each round; client-
 side FedPTR reports `mtt_loss`, `synthetic_lr`, `mtt_seconds`, `mtt_ran`,
-`mtt_rejected` and `projection_non_finite` averaged over the round's clients
-(plain mean) under `client_work/prepare`. FedPTR-S's: `mtt_loss` (the
-matching loss at the last outer step; 0 when MTT did not run),
+`mtt_reused` (1 when the client projected with its stored set without
+matching), `mtt_rejected` and `projection_non_finite` averaged over the
+round's clients (plain mean) under `client_work/prepare`. FedPTR-S's:
+`mtt_loss` (the matching loss at the last outer step; 0 when MTT did not
+run),
 `synthetic_lr` (alpha_syn after this round's MTT), `mtt_seconds` (server
 time spent in MTT and projection), `mtt_ran` (1 when MTT ran),
 `mtt_rejected` and `projection_non_finite` (the guards above) and
@@ -99,15 +181,17 @@ curve of Figure 2), unless `report_client_cosine=False`.
 """
 
 import collections
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import aggregators
+from tff_opt import client_states
 from tff_opt import client_work as client_work_lib
 from tff_opt import distributors
 from tff_opt import mtt
@@ -124,6 +208,8 @@ IMAGES_KEY = 'synthetic_images'
 SYNTHETIC_LR_KEY = 'synthetic_lr'
 MATCHING_ROUNDS_KEY = 'matching_rounds'
 MTT_UPDATES_KEY = 'mtt_updates'
+NEXT_CLIENT_STATE_KEY = 'next_client_state'
+_STATE_VALID_KEY = 'valid'
 
 _SIDES = ('server', 'client')
 
@@ -132,33 +218,103 @@ def _norm(tensor) -> tf.Tensor:
   return tf.sqrt(tf.reduce_sum(tf.square(tensor)))
 
 
-def layer_mu(projected, current, *, mu, layer_adaptive: bool):
-  """Per-layer mu_l (see the module docstring).
+def _owning_keras_layers(model, variables):
+  """The innermost Keras layer owning each variable, or None if unknown.
+
+  `model` is a `VariableModel`; TFF's `from_keras_model` wrapper keeps its
+  Keras model as `_keras_model`. A variable belongs to every layer that
+  (recursively) contains it; the innermost one holds the fewest weights.
+  """
+  keras_model = getattr(model, '_keras_model', None)
+  if not isinstance(keras_model, tf.keras.layers.Layer):
+    return None
+  layers = [keras_model] + [
+      m for m in keras_model.submodules
+      if isinstance(m, tf.keras.layers.Layer)]
+  owned = [(len(layer.trainable_weights), index,
+            {w.ref() for w in layer.trainable_weights})
+           for index, layer in enumerate(layers)]
+  owners = []
+  for variable in variables:
+    containing = [(size, index) for size, index, refs in owned
+                  if variable.ref() in refs]
+    if not containing:
+      return None
+    owners.append(('keras', min(containing)[1]))
+  return owners
+
+
+def trainable_layer_groups(
+    model_fn: Callable[[], tff.learning.models.VariableModel]
+) -> tuple[int, ...]:
+  """One group index per trainable variable: the variable's layer.
+
+  Variables of one Keras layer (a kernel and its bias, a norm layer's scale
+  and offset) share a group; groups are numbered 0, 1, ... in order of
+  first appearance in `model.trainable_variables`. For a TFF-wrapped Keras
+  model (`tff.learning.models.from_keras_model`) the owner of a variable is
+  the innermost Keras layer containing it; otherwise variables are grouped
+  by their name scope (the name up to its last '/', Keras's
+  'layer/kernel:0' naming), and a name without a scope is its own group.
 
   Args:
-    projected: w~_{t+1}, a list of tensors (one per layer).
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel`.
+
+  Returns:
+    A tuple of ints, as long as the model's trainable variables.
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    variables = list(model.trainable_variables)
+    owners = _owning_keras_layers(model, variables)
+    if owners is None:
+      owners = [('name', v.name.rsplit('/', 1)[0]) for v in variables]
+  numbers = {}
+  return tuple(numbers.setdefault(owner, len(numbers)) for owner in owners)
+
+
+def layer_mu(projected, current, *, mu, layer_adaptive: bool,
+             layer_groups):
+  """Each variable's mu_l: its layer's mu / d_l (see the module docstring).
+
+  Args:
+    projected: w~_{t+1}, a list of tensors (the trainable variables).
     current: w_t, a list of tensors of the same shapes.
     mu: The base strength, >= 0.
     layer_adaptive: If False every mu_l is mu.
+    layer_groups: One layer index per tensor (`trainable_layer_groups`);
+      d_l is the norm of w~_{t+1} - w_t over all tensors of layer l.
 
   Returns:
-    A list of scalar float32 tensors, one per layer.
+    A list of scalar float32 tensors, one per tensor (equal within a layer).
+
+  Raises:
+    ValueError: If `layer_groups` is not one index per tensor.
   """
+  layer_groups = tuple(layer_groups)
+  if len(layer_groups) != len(projected):
+    raise ValueError(f'layer_groups has {len(layer_groups)} entries for '
+                     f'{len(projected)} tensors.')
+  base = tf.constant(mu, tf.float32)
   if not layer_adaptive:
-    return [tf.constant(mu, tf.float32) for _ in projected]
-  norms = [_norm(tf.cast(p, tf.float32) - tf.cast(c, tf.float32))
-           for p, c in zip(projected, current)]
-  total = tf.add_n(norms)
-  count = float(len(norms))
-  return [
-      tf.where(total > 0.0, mu * count * n / tf.maximum(total, 1e-30),
-               tf.constant(mu, tf.float32)) for n in norms
+    return [base for _ in projected]
+  squares = [
+      tf.reduce_sum(tf.square(tf.cast(p, tf.float32) - tf.cast(c, tf.float32)))
+      for p, c in zip(projected, current)
   ]
+  layer_mus = {}
+  for group in dict.fromkeys(layer_groups):
+    norm = tf.sqrt(tf.add_n(
+        [sq for sq, g in zip(squares, layer_groups) if g == group]))
+    layer_mus[group] = tf.where(norm > 0.0, base / tf.maximum(norm, 1e-30),
+                                base)
+  return [layer_mus[g] for g in layer_groups]
 
 
 def projected_proximal(weights, broadcast, *, learning_rate, mu,
-                       layer_adaptive) -> tf.Tensor:
-  """FedPTR's penalty sum_l (mu_l/2) ||w_l - w~_{t+1,l}||^2 (Eq. 2).
+                       layer_adaptive, layer_groups) -> tf.Tensor:
+  """FedPTR's penalty sum_l (mu_l/2) ||w^l - w~^l_{t+1}||^2 (Eq. 2).
 
   Args:
     weights: The trainable variables, in model order.
@@ -167,6 +323,8 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
     learning_rate: Unused.
     mu: The base strength, >= 0.
     layer_adaptive: Whether mu_l is layer-adaptive (see `layer_mu`).
+    layer_groups: One layer index per trainable variable
+      (`trainable_layer_groups`).
 
   Returns:
     A scalar tensor.
@@ -174,7 +332,8 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
   del learning_rate
   projected = list(broadcast[PROJECTED_MODEL_KEY])
   current = client_work_lib.model_weights_of(broadcast).trainable
-  mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive)
+  mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive,
+                 layer_groups=layer_groups)
   return tf.add_n([
       0.5 * m * tf.reduce_sum(tf.square(w - p))
       for w, p, m in zip(weights, projected, mus)
@@ -195,7 +354,7 @@ def _model_shapes(model_fn):
 
 
 def _guarded_distill(forward, previous, current, images, labels, lr, *,
-                     outer_steps, inner_steps, image_lr, lr_lr):
+                     outer_steps, inner_steps, image_lr, lr_lr, momentum):
   """`mtt.distill`, rejected when it diverges (see the module docstring).
 
   Returns:
@@ -205,7 +364,7 @@ def _guarded_distill(forward, previous, current, images, labels, lr, *,
   new_images, new_lr, _, last_loss = mtt.distill(
       forward, previous, current, images, labels, lr,
       outer_steps=outer_steps, inner_steps=inner_steps, image_lr=image_lr,
-      lr_lr=lr_lr)
+      lr_lr=lr_lr, momentum=momentum)
   last_loss = tf.cast(last_loss, tf.float32)
   accepted = tf.logical_and(
       tf.logical_and(tf.reduce_all(tf.math.is_finite(new_images)),
@@ -232,7 +391,7 @@ def _guarded_projection(forward, current, images, labels, lr,
 def _server_projection(model_fn, weights_type, *, images_per_class,
                        mtt_outer_steps, mtt_inner_steps, projection_steps,
                        update_every, mtt_init_lr, mtt_image_lr, mtt_lr_lr,
-                       seed):
+                       mtt_momentum, seed):
   """The FedPTR-S distributor: MTT + projection at the server, broadcast."""
   input_shape, input_dtype, num_classes = _model_shapes(model_fn)
   num_images = num_classes * images_per_class
@@ -276,7 +435,7 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
           forward, previous, current, state[IMAGES_KEY], labels,
           state[SYNTHETIC_LR_KEY], outer_steps=mtt_outer_steps,
           inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
-          lr_lr=mtt_lr_lr)
+          lr_lr=mtt_lr_lr, momentum=mtt_momentum)
 
     def kept():
       return (tf.identity(state[IMAGES_KEY]),
@@ -402,10 +561,41 @@ def client_synthetic_images(dataset: tf.data.Dataset, *, num_classes: int,
       (noise, tf.zeros([num_classes], tf.int32)), add)
 
 
+def _is_due(count, update_every: int) -> tf.Tensor:
+  """Whether MTT is due after `count` matching opportunities (see docs)."""
+  if update_every == 0:
+    return tf.equal(count, 0)
+  return tf.equal(tf.math.floormod(count, update_every), 0)
+
+
+def initial_client_state(model_fn, *, images_per_class: int,
+                         mtt_init_lr: float):
+  """Client-side FedPTR's state of a client never seen (NumPy).
+
+  `{'synthetic_images': zeros [C * images_per_class, *input_shape],
+  'synthetic_lr': mtt_init_lr, 'matching_rounds': 0}`. The zero images are
+  never used: a client's first participation with a previous model always
+  runs MTT, from its own data (`client_synthetic_images`).
+  """
+  input_shape, input_dtype, num_classes = _model_shapes(model_fn)
+  return collections.OrderedDict([
+      (IMAGES_KEY, np.zeros((num_classes * images_per_class,) + input_shape,
+                            input_dtype.as_numpy_dtype)),
+      (SYNTHETIC_LR_KEY, np.float32(mtt_init_lr)),
+      (MATCHING_ROUNDS_KEY, np.int32(0)),
+  ])
+
+
 def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
-                    mtt_inner_steps, projection_steps, mtt_init_lr,
-                    mtt_image_lr, mtt_lr_lr, seed):
-  """Client-side FedPTR's pre-pass (`client_work` `prepare_fn`)."""
+                    mtt_inner_steps, projection_steps, update_every,
+                    mtt_init_lr, mtt_image_lr, mtt_lr_lr, mtt_momentum, seed):
+  """Client-side FedPTR's pre-pass (`client_work` `prepare_fn`).
+
+  Reads the client's state from the merged broadcast, runs MTT when due
+  (else reuses the stored D_syn and alpha_syn), projects, and returns the
+  broadcast extended with w~_{t+1} and the client's next state (which
+  `_report_next_state` hands to `_client_state_update`).
+  """
   input_shape, input_dtype, num_classes = _model_shapes(model_fn)
 
   def prepare(broadcast, dataset):
@@ -415,43 +605,68 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
     previous = list(broadcast[distributors.PREVIOUS_MODEL_KEY].trainable)
     has_previous = tf.convert_to_tensor(
         broadcast[distributors.HAS_PREVIOUS_KEY])
+    state = broadcast[client_states.CLIENT_STATE_KEY]
+    count = state[MATCHING_ROUNDS_KEY]
+    due = _is_due(count, update_every)
+    run_mtt = tf.logical_and(has_previous, due)
+
+    def start():
+      """D_syn and alpha_syn the MTT run starts from."""
+      def fresh():
+        images, _ = client_synthetic_images(
+            dataset, num_classes=num_classes,
+            images_per_class=images_per_class, input_shape=input_shape,
+            dtype=input_dtype, seed=seed)
+        return images, tf.constant(mtt_init_lr, tf.float32)
+
+      def stored():
+        return (tf.identity(state[IMAGES_KEY]),
+                tf.identity(state[SYNTHETIC_LR_KEY]))
+
+      return tf.cond(count > 0, stored, fresh)
 
     def matched():
-      images, _ = client_synthetic_images(
-          dataset, num_classes=num_classes, images_per_class=images_per_class,
-          input_shape=input_shape, dtype=input_dtype, seed=seed)
+      images, lr = start()
       images, lr, loss, rejected = _guarded_distill(
-          forward, previous, current, images, labels,
-          tf.constant(mtt_init_lr, input_dtype), outer_steps=mtt_outer_steps,
-          inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
-          lr_lr=mtt_lr_lr)
-      projected = mtt.train_steps(forward, current, images, labels, lr,
-                                  projection_steps)
-      return projected, tf.cast(lr, tf.float32), loss, rejected
+          forward, previous, current, images, labels, lr,
+          outer_steps=mtt_outer_steps, inner_steps=mtt_inner_steps,
+          image_lr=mtt_image_lr, lr_lr=mtt_lr_lr, momentum=mtt_momentum)
+      return images, tf.cast(lr, tf.float32), loss, rejected
 
-    def skipped():
-      return ([tf.identity(c) for c in current],
-              tf.constant(mtt_init_lr, tf.float32), tf.constant(0.0),
+    def kept():
+      return (tf.identity(state[IMAGES_KEY]),
+              tf.identity(state[SYNTHETIC_LR_KEY]), tf.constant(0.0),
               tf.constant(0))
 
     start_time = tf.timestamp()
     with tf.control_dependencies([start_time]):
-      projected, lr, loss, rejected = tf.cond(has_previous, matched, skipped)
-      finite = tf.reduce_all(
-          [tf.reduce_all(tf.math.is_finite(p)) for p in projected])
-      projected = [tf.where(finite, p, c) for p, c in zip(projected, current)]
+      images, lr, loss, rejected = tf.cond(run_mtt, matched, kept)
+      projected, finite = _guarded_projection(
+          forward, current, images, labels, lr, projection_steps,
+          has_previous)
     with tf.control_dependencies([loss, lr] + projected):
       seconds = tf.timestamp() - start_time
+    next_state = collections.OrderedDict([
+        (IMAGES_KEY, images),
+        (SYNTHETIC_LR_KEY, lr),
+        # Float: the update's non-finite check reads every entry.
+        (MATCHING_ROUNDS_KEY,
+         tf.cast(count + tf.cast(has_previous, tf.int32), tf.float32)),
+        (_STATE_VALID_KEY, tf.constant(1.0)),
+    ])
     extended = collections.OrderedDict(
         [(name, broadcast[name]) for name in (
             client_work_lib.MODEL_WEIGHTS_KEY, distributors.PREVIOUS_MODEL_KEY,
             distributors.HAS_PREVIOUS_KEY)] +
-        [(PROJECTED_MODEL_KEY, projected)])
+        [(PROJECTED_MODEL_KEY, projected), (NEXT_CLIENT_STATE_KEY,
+                                            next_state)])
     diagnostics = collections.OrderedDict([
         ('mtt_loss', loss),
         ('synthetic_lr', lr),
         ('mtt_seconds', tf.cast(seconds, tf.float32)),
-        ('mtt_ran', tf.cast(has_previous, tf.float32)),
+        ('mtt_ran', tf.cast(run_mtt, tf.float32)),
+        ('mtt_reused', tf.cast(
+            tf.logical_and(has_previous, tf.logical_not(due)), tf.float32)),
         ('mtt_rejected', tf.cast(rejected, tf.float32)),
         ('projection_non_finite',
          tf.cast(tf.logical_not(finite), tf.float32)),
@@ -459,6 +674,38 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
     return extended, diagnostics
 
   return prepare
+
+
+def _report_next_state(model, dataset, broadcast, **kwargs):
+  """`report_fn`: the next client state that `prepare` computed."""
+  del model, dataset, kwargs
+  return collections.OrderedDict([
+      (NEXT_CLIENT_STATE_KEY, broadcast[NEXT_CLIENT_STATE_KEY])])
+
+
+def _client_state_update(merged, update):
+  """The client's new state; its old one if its update was zeroed.
+
+  The client work zeroes a client's whole update (the reported next state
+  included) when any entry is non-finite; such a client keeps the state it
+  came with, as if it had not taken part.
+  """
+  old = merged[client_states.CLIENT_STATE_KEY]
+  new = update[NEXT_CLIENT_STATE_KEY]
+  valid = new[_STATE_VALID_KEY] > 0.5
+  return collections.OrderedDict([
+      (IMAGES_KEY, tf.where(valid, new[IMAGES_KEY], old[IMAGES_KEY])),
+      (SYNTHETIC_LR_KEY,
+       tf.where(valid, new[SYNTHETIC_LR_KEY], old[SYNTHETIC_LR_KEY])),
+      (MATCHING_ROUNDS_KEY,
+       tf.where(valid, tf.cast(new[MATCHING_ROUNDS_KEY], tf.int32),
+                old[MATCHING_ROUNDS_KEY])),
+  ])
+
+
+def _delta_only(update):
+  """`to_server`: only the delta leaves the client."""
+  return update[client_work_lib.DELTA_KEY]
 
 
 def _check_positive_int(name, value, minimum=1):
@@ -482,6 +729,7 @@ def build_fed_ptr(
     mtt_init_lr: float = 0.01,
     mtt_image_lr: float = 100.0,
     mtt_lr_lr: float = 1e-4,
+    mtt_momentum: float = 0.5,
     seed: int = 0,
     report_client_cosine: bool = True,
     client_weighting: tff.learning.ClientWeighting = (
@@ -489,8 +737,9 @@ def build_fed_ptr(
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
-) -> tff.learning.templates.LearningProcess:
-  """Builds a FedPTR-S `LearningProcess` (see the module docstring).
+) -> Union[tff.learning.templates.LearningProcess,
+           client_states.ClientStatefulProcess]:
+  """Builds a FedPTR-S or FedPTR process (see the module docstring).
 
   Args:
     model_fn: A no-arg callable returning a new
@@ -506,11 +755,14 @@ def build_fed_ptr(
     mtt_inner_steps: N, unrolled student steps, >= 1.
     projection_steps: P, SGD steps on D_syn from w_t, >= 0.
     layer_adaptive: Layer-adaptive mu_l (True) or mu for every layer.
-    update_every: Run MTT every this many rounds; 0 runs it once
-      (server side only: with side='client' it must be 1).
+    update_every: Run MTT every this many rounds (server side) or every
+      this many of a client's participations (client side, see the module
+      docstring); 0 runs it once (one-shot).
     mtt_init_lr: Initial alpha_syn, > 0.
-    mtt_image_lr: Gradient-descent step of the synthetic images, >= 0.
-    mtt_lr_lr: Gradient-descent step of alpha_syn, >= 0.
+    mtt_image_lr: SGD step size of the synthetic images, >= 0.
+    mtt_lr_lr: SGD step size of alpha_syn, >= 0.
+    mtt_momentum: Momentum of both MTT outer updates, 0 <= m < 1 (MTT's
+      0.5 by default; 0 is plain gradient descent).
     seed: Seed of the initial noise images.
     report_client_cosine: Wrap the delta aggregator in
       `aggregators.ClientCosineFactory`, reporting the mean cosine between
@@ -522,15 +774,18 @@ def build_fed_ptr(
       `tff.aggregators.MeanFactory()` by default.
 
   Returns:
-    A `tff.learning.templates.LearningProcess`; its metrics include the
-    diagnostics (under `distributor` for FedPTR-S, client-averaged under
+    FedPTR-S (side='server'): a `tff.learning.templates.LearningProcess`.
+    FedPTR (side='client'): a `client_states.ClientStatefulProcess`
+    (`next(state, datasets, client_states) -> (output, new client
+    states)`; a new client's state is `initial_client_state()`), each
+    client keeping its synthetic set. Their metrics include the diagnostics
+    (under `distributor` for FedPTR-S, client-averaged under
     `client_work/prepare` for FedPTR) and `communication/{bytes_server_to_
     client, bytes_client_to_server}`.
 
   Raises:
-    ValueError: If a hyper-parameter is out of range (the message names it),
-      `side` is neither 'server' nor 'client', or `update_every` is not 1
-      with side='client'.
+    ValueError: If a hyper-parameter is out of range (the message names it)
+      or `side` is neither 'server' nor 'client'.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   if side not in _SIDES:
@@ -546,37 +801,47 @@ def build_fed_ptr(
     raise ValueError(f'mtt_init_lr must be positive, got {mtt_init_lr!r}.')
   _common.check_non_negative('mtt_image_lr', mtt_image_lr)
   _common.check_non_negative('mtt_lr_lr', mtt_lr_lr)
-  if side == 'client' and update_every != 1:
-    raise ValueError("update_every must be 1 with side='client' (clients "
-                     f'keep no synthetic set between rounds), got '
-                     f'{update_every!r}.')
+  mtt.check_momentum('mtt_momentum', mtt_momentum)
   penalty = functools.partial(projected_proximal, mu=mu,
-                              layer_adaptive=layer_adaptive)
+                              layer_adaptive=layer_adaptive,
+                              layer_groups=trainable_layer_groups(model_fn))
   if report_client_cosine:
     model_aggregator = aggregators.ClientCosineFactory(model_aggregator)
+  mtt_settings = dict(
+      images_per_class=images_per_class, mtt_outer_steps=mtt_outer_steps,
+      mtt_inner_steps=mtt_inner_steps, projection_steps=projection_steps,
+      update_every=update_every, mtt_init_lr=mtt_init_lr,
+      mtt_image_lr=mtt_image_lr, mtt_lr_lr=mtt_lr_lr,
+      mtt_momentum=mtt_momentum, seed=seed)
   if side == 'client':
-    return recipe.build_penalized_fed_opt(
-        model_fn,
-        distributor_fn=distributors.with_previous_model,
-        penalty=penalty,
-        prepare_fn=_client_prepare(
-            model_fn, images_per_class=images_per_class,
-            mtt_outer_steps=mtt_outer_steps, mtt_inner_steps=mtt_inner_steps,
-            projection_steps=projection_steps, mtt_init_lr=mtt_init_lr,
-            mtt_image_lr=mtt_image_lr, mtt_lr_lr=mtt_lr_lr, seed=seed),
+    prepare = _client_prepare(model_fn, **mtt_settings)
+    first_state = initial_client_state(model_fn,
+                                       images_per_class=images_per_class,
+                                       mtt_init_lr=mtt_init_lr)
+
+    def client_recipe(weights_type):
+      base = recipe.penalized_fed_opt(
+          weights_type, distributor_fn=distributors.with_previous_model,
+          penalty=penalty, server_optimizer_fn=server_optimizer_fn,
+          model_aggregator=model_aggregator, prepare_fn=prepare)
+      return dataclasses.replace(
+          base,
+          work_broadcast_type=client_states.client_broadcast_type(
+              base.work_broadcast_type, tff_types.type_of(first_state)),
+          report_fn=_report_next_state,
+          initial_client_state=first_state,
+          client_state_update=_client_state_update,
+          to_server=_delta_only)
+
+    return recipe.assemble(
+        model_fn, client_recipe,
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=server_optimizer_fn,
         client_weighting=client_weighting,
-        client_lr_schedule=client_lr_schedule,
-        model_aggregator=model_aggregator)
+        client_lr_schedule=client_lr_schedule)
 
   def distributor_fn(weights_type):
-    return _server_projection(
-        model_fn, weights_type, images_per_class=images_per_class,
-        mtt_outer_steps=mtt_outer_steps, mtt_inner_steps=mtt_inner_steps,
-        projection_steps=projection_steps, update_every=update_every,
-        mtt_init_lr=mtt_init_lr, mtt_image_lr=mtt_image_lr,
-        mtt_lr_lr=mtt_lr_lr, seed=seed)
+    return _server_projection(model_fn, weights_type, **mtt_settings)
 
   return recipe.build_penalized_fed_opt(
       model_fn,
