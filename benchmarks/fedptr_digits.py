@@ -31,7 +31,7 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
+# tff_opt/program/worker_env.py); TFF's worker inherits the setting.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
@@ -42,9 +42,9 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top
 from tasks import digits  # pylint: disable=g-import-not-at-top
 from tasks import models  # pylint: disable=g-import-not-at-top
 from tasks import partitioners  # pylint: disable=g-import-not-at-top
-from tff_opt import aggregators  # pylint: disable=g-import-not-at-top
+from tff_opt.round import aggregators  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
-from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
 ALGORITHMS = ('fedavg', 'fedprox', 'fedptr', 'fedptr_s')
 

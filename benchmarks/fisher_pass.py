@@ -8,7 +8,7 @@ On the EMNIST-CR CNN of `tasks/emnist.py` (1,206,590 parameters) and
 `--examples` seeded random 28x28x1 examples in batches of 20, it times
 `fed_curv.empirical_fisher_diagonal` in a plain `tf.function`: the
 per-example loop (one gradient pass per example, the fallback) and the
-fast path (`tff_opt/fisher.py`) at each of `--batch_sizes`. TF runs with
+fast path (`tff_opt/round/fisher.py`) at each of `--batch_sizes`. TF runs with
 one intra-op and one inter-op thread; each figure is the median over
 `--repeats` calls (after one untimed warm-up call) of this process's CPU
 seconds (`time.process_time`), printed with the machine's load average.
@@ -22,7 +22,7 @@ import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py), as in the binaries.
+# tff_opt/program/worker_env.py), as in the binaries.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
@@ -58,7 +58,7 @@ def main(argv=None):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from tasks import emnist  # pylint: disable=g-import-not-at-top
-  from tff_opt import fisher  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import fisher  # pylint: disable=g-import-not-at-top
   from tff_opt.algorithms import fed_curv  # pylint: disable=g-import-not-at-top
 
   tf.keras.utils.set_random_seed(0)

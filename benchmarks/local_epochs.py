@@ -20,7 +20,7 @@ import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
+# tff_opt/program/worker_env.py); TFF's worker inherits the setting.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 from absl import app  # pylint: disable=g-import-not-at-top
@@ -30,7 +30,7 @@ import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 import tasks  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
-from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_integer('epochs', 8, 'Local epochs E.')
 flags.DEFINE_integer('rounds', 60, 'Rounds per run.')

@@ -40,7 +40,7 @@ import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py), as in the binaries.
+# tff_opt/program/worker_env.py), as in the binaries.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
@@ -78,8 +78,8 @@ def _parse_args(argv):
 
 def _hooks(variant):
   """The client-work hooks the algorithm of `variant` passes."""
-  from tff_opt import momentum  # pylint: disable=g-import-not-at-top
-  from tff_opt import penalties  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
   per_step = variant.endswith(PER_STEP)
   variant = variant.removesuffix(PER_STEP)
   if variant == 'none':
@@ -103,8 +103,8 @@ def _hooks(variant):
 def _broadcast(variant, weights, rng):
   """What the variant's distributor would send (w_t plus its extras)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_opt import momentum  # pylint: disable=g-import-not-at-top
-  from tff_opt import penalties  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
 
   def near(arrays, scale):
     return [tf.constant(a + scale * rng.standard_normal(a.shape)
@@ -135,7 +135,7 @@ def main(argv=None):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from tasks import emnist  # pylint: disable=g-import-not-at-top
-  from tff_opt import client_work  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
 
   dataset = common.synthetic_clients(
       1, args.steps * BATCH, x_shape=(28, 28, 1),

@@ -103,7 +103,7 @@ import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
+# tff_opt/program/worker_env.py); TFF's worker inherits the setting.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
@@ -115,8 +115,8 @@ import tasks  # pylint: disable=g-import-not-at-top
 from tasks import emnist  # pylint: disable=g-import-not-at-top
 from tasks import shakespeare  # pylint: disable=g-import-not-at-top
 from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
-from tff_opt import registry  # pylint: disable=g-import-not-at-top
-from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
+from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
 CLIENT_LR = 0.1
 ALGORITHMS = ('fedopt', 'fedprox', 'fedfor', 'fedcurv', 'fedadc', 'scaffold',

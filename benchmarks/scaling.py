@@ -51,7 +51,7 @@ import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
+# tff_opt/program/worker_env.py); TFF's worker inherits the setting.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
@@ -62,8 +62,8 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top
 from tasks import models  # pylint: disable=g-import-not-at-top
 from tasks import sqlite_data  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
-from tff_opt import runtime  # pylint: disable=g-import-not-at-top
-from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
+from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
+from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
 PARTS = ('time', 'memory', 'population')
 EXAMPLES_PER_CLIENT = 20

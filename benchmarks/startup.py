@@ -11,7 +11,7 @@ its first round, as `binaries.train` does them:
                   module's first line
   import TF       `import tensorflow`
   import TFF      `import tensorflow_federated`
-  import tff-opt  `tasks`, `tff_opt.registry`, `tff_opt.runtime`, ...
+  import tff-opt  `tasks`, `tff_opt.program.registry`, `tff_opt.program.runtime`, ...
   task build      `tasks.create_task` (`--task`; EMNIST-CR from TFF's
                   synthetic EMNIST, no files needed)
   process build   `registry.build_process('fedopt', ...)` (TFF traces and
@@ -40,7 +40,7 @@ import psutil
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
+# tff_opt/program/worker_env.py); TFF's worker inherits the setting.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
 _TASKS = ('emnist_cr', 'digits')
@@ -80,8 +80,8 @@ def main(argv=None):
   def import_tff_opt():
     import tasks
     from benchmarks import common
-    from tff_opt import registry
-    from tff_opt import runtime
+    from tff_opt.program import registry
+    from tff_opt.program import runtime
     return tasks, common, registry, runtime
 
   tasks, common, registry, runtime = timed('import tff-opt', import_tff_opt)

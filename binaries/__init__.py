@@ -25,7 +25,7 @@ _NOISE = re.compile(
 
 # Set before TensorFlow is first imported (TFF's worker inherits them):
 # C++ INFO/WARNING lines off; TensorFlow's oneDNN kernels unless the
-# environment says otherwise (see tff_opt/worker_env.py).
+# environment says otherwise (see tff_opt/program/worker_env.py).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 

@@ -58,7 +58,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from binaries import paper_tables  # pylint: disable=g-import-not-at-top
 from binaries import reproduce  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
-from tff_opt import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 
 Measure = paper_tables.Measure
 Method = paper_tables.Method

@@ -16,7 +16,7 @@ printed to stdout, gives per run:
     rounds to T    the first round at which it reached --target (>= for
                    accuracies, <= for losses and errors); "not reached"
 
-(`tff_opt.analysis` defines each number.) A run's label is `--labels` in
+(`tff_opt.program.analysis` defines each number.) A run's label is `--labels` in
 order, else its directory name.
 """
 
@@ -27,7 +27,7 @@ from typing import Optional
 
 from absl import flags
 
-from tff_opt import analysis
+from tff_opt.program import analysis
 
 # Its own flag set, so that importing it beside binaries.train or
 # binaries.sweep defines no flag twice.

@@ -55,7 +55,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 
 from binaries import paper_tables  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
-from tff_opt import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 
 RUNS_DIR = 'runs'
 # Where `make data` puts mnist_5k.csv.gz: the mnist5k stand-in's default.
@@ -211,7 +211,7 @@ def check_points(points: Sequence[Point], *, where: str,
   # Heavy imports (TensorFlow, TFF) only once a table is chosen.
   from binaries import train  # pylint: disable=g-import-not-at-top
   import tasks  # pylint: disable=g-import-not-at-top
-  from tff_opt import registry  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
 
   # What is missing -> who needs it (in order), so that each missing name
   # is reported once.

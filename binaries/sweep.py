@@ -24,7 +24,7 @@ others from their checkpoints. Then:
 
 Selection (Reddi et al. Section 4, Appendix D.1): the lowest average
 training loss over the last 100 rounds; ties and diverged runs as in
-`tff_opt.analysis`.
+`tff_opt.program.analysis`.
 
 Grids of Appendix D.2 (`--grid=paper`). Our text copy of the paper lost the
 grids themselves; these are the published ones as we recall them, written
@@ -59,7 +59,7 @@ from typing import Optional
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
-from tff_opt import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_FILE = 'summary.csv'

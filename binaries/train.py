@@ -33,9 +33,9 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
-from tff_opt import optimizers
-from tff_opt import registry
-from tff_opt import runtime
+from tff_opt.round import optimizers
+from tff_opt.program import registry
+from tff_opt.program import runtime
 
 # Imported after absl so flag definitions below can list their choices.
 import tasks  # pylint: disable=g-bad-import-order
@@ -243,7 +243,7 @@ flags.DEFINE_boolean('personalize', False, 'After the last round, each '
                      'held-out client fine-tunes only the last layer on its '
                      'own train split and is evaluated on its own test '
                      'split; writes personalization.json '
-                     '(tff_opt/personalization.py).')
+                     '(tff_opt/program/personalization.py).')
 flags.DEFINE_integer('personalize_epochs', 2, 'Fine-tuning epochs of '
                      '--personalize (2 in the paper).', lower_bound=1)
 flags.DEFINE_integer('personalize_clients', None, 'Calibrate a seeded sample '
@@ -458,9 +458,9 @@ def run(hparams: dict) -> None:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  from tff_opt import evaluation  # pylint: disable=g-import-not-at-top
-  from tff_opt import schedules  # pylint: disable=g-import-not-at-top
-  from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import schedules  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
   resuming = prepare_output_dir(hparams)
   _set_execution_context(hparams)
@@ -682,7 +682,7 @@ def _check_personalization(hparams, task) -> None:
     UsageError: If --personalize_clients exceeds the held-out clients or the
       task's model is not a classifier with one integer label per example.
   """
-  from tff_opt import personalization  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
   num_test = len(task.datasets.test_data.client_ids)
   if (FLAGS.personalize_clients is not None and
       FLAGS.personalize_clients > num_test):
@@ -700,7 +700,7 @@ def _personalize(hparams, client_optimizer, model_weights) -> None:
 
   Each held-out client (all, or a --seed-ed sample of
   --personalize_clients) splits its examples per class into its own train
-  and test splits (tff_opt.personalization.build_client_inputs), fine-tunes
+  and test splits (tff_opt.program.personalization.build_client_inputs), fine-tunes
   the last layer of the global model with the run's client optimizer and
   batch size for --personalize_epochs, and reports accuracy and loss on its
   test split before and after.
@@ -708,7 +708,7 @@ def _personalize(hparams, client_optimizer, model_weights) -> None:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  from tff_opt import personalization  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
 
   # Unshuffled held-out examples: the splits are a function of --seed.
   task = tasks.create_task(
@@ -832,7 +832,7 @@ def _check_workers_can_run(hparams: dict, process) -> None:
   Raises:
     UsageError: If --workers is set and `process` keeps per-client state.
   """
-  from tff_opt import client_states  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import client_states  # pylint: disable=g-import-not-at-top
   if hparams['workers'] and client_states.is_client_stateful(process):
     fedbn = ' --fedbn' if hparams.get('fedbn') else ''
     raise UsageError(

@@ -48,7 +48,7 @@ import time
 from absl import app
 from absl import flags
 
-from tff_opt import worker_env
+from tff_opt.program import worker_env
 
 flags.DEFINE_integer('port', None, 'Port to serve TFF\'s executor service '
                      'on.', lower_bound=1, upper_bound=65535)

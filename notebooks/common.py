@@ -17,8 +17,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
-from tff_opt import evaluation
-from tff_opt import training_loop
+from tff_opt.program import evaluation
+from tff_opt.program import training_loop
 
 
 @dataclasses.dataclass

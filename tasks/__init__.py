@@ -381,7 +381,7 @@ def create_round_data(name: str, task: tff.simulation.baselines.BaselineTask,
   Same arguments as `create_task`, plus the task it built. For `digits` with
   option `partition=long_tail` or `concept_shift` > 0: a
   `heterogeneity.RoundClientData`, whose `clients_for_round` is the
-  `round_clients_fn` of `tff_opt.training_loop.run_training`.
+  `round_clients_fn` of `tff_opt.program.training_loop.run_training`.
 
   Raises:
     ValueError: If `name` or an option is unknown, or an option is invalid.

@@ -38,7 +38,7 @@ Choices the papers leave open, for a task without what a partitioner needs:
   the task's `ClientData`, so they are never sampled.
 
 Round-dependent client data (`RoundClientData`): the training loop
-(`tff_opt.training_loop.run_training(round_clients_fn=...)`) samples ids
+(`tff_opt.program.training_loop.run_training(round_clients_fn=...)`) samples ids
 from the static population as always and hands them with the round number
 to `clients_for_round(round_num, sampled_ids)`, which returns the ids and
 datasets actually trained on: fresh long-tail clients (new ids) and / or
@@ -224,7 +224,7 @@ class RoundClientData:
   """Round-dependent training data: long-tail draws and/or concept shift.
 
   `clients_for_round(round_num, sampled_ids)` is what
-  `tff_opt.training_loop.run_training` calls as `round_clients_fn`.
+  `tff_opt.program.training_loop.run_training` calls as `round_clients_fn`.
   """
 
   def __init__(self, images: np.ndarray, labels: np.ndarray,

@@ -62,7 +62,7 @@ Choices the papers leave open, made here:
   -> flatten -> dense 64 relu -> dense `num_classes`: 114,314 parameters for
   28x28x1 and ten classes (~6 MFLOPs per forward pass against
   `fedcurv_cnn`'s ~22). Plain Dense/Conv2D chain, so FedCurv's one-pass
-  Fisher (`tff_opt/fisher.py`) and FedPTR's functional forward apply.
+  Fisher (`tff_opt/round/fisher.py`) and FedPTR's functional forward apply.
 * **mnist_2nn** (McMahan et al. 2017, "2NN"): flatten -> dense 200 relu ->
   dense 200 relu -> dense `num_classes`: 199,210 parameters for 28x28x1.
 * Batch norm everywhere uses PyTorch's defaults (the papers' code is

@@ -6,13 +6,13 @@ import sys
 # Quiet TensorFlow's C++ start-up lines (CUDA probes) in test output.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
-# tff_opt/worker_env.py); TFF's worker inherits the setting.
+# tff_opt/program/worker_env.py); TFF's worker inherits the setting.
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # pylint: disable=g-import-not-at-top
 
-from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
 
 @pytest.fixture(scope='session', autouse=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_opt import checkpoints
+from tff_opt.program import checkpoints
 
 
 @attrs.define(frozen=True)

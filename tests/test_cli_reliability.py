@@ -138,7 +138,7 @@ def test_sqlite_damaged_past_its_schema_is_one_line_at_start(tmp_path):
 def test_sqlite_damaged_during_the_run_is_one_line_and_keeps_results(
     tmp_path, capfd, monkeypatch):
   """Issue 16.5: damage found mid-run (TF reads the rows in the worker)."""
-  from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
   data_dir = str(tmp_path / 'data')
   path = _shakespeare_file(data_dir)
   run_training = training_loop.run_training

@@ -12,9 +12,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
-from tff_opt import client_work as client_work_lib
-from tff_opt import composers
-from tff_opt import distributors
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import composers
+from tff_opt.round import distributors
 
 LAM = 0.3
 CLIENT_LR = 0.1

@@ -13,8 +13,8 @@ import tensorflow_federated as tff
 from tests import binary
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import schedules
-from tff_opt import training_loop
+from tff_opt.round import schedules
+from tff_opt.program import training_loop
 from tff_opt.algorithms import fed_adc
 
 ROUNDS = 3

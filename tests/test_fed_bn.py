@@ -12,7 +12,7 @@ import tensorflow_federated as tff
 from tests import binary
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import client_states
+from tff_opt.round import client_states
 from tff_opt.algorithms import fed_bn
 
 MU = 0.1

@@ -6,9 +6,9 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import client_states
-from tff_opt import penalties
-from tff_opt import registry
+from tff_opt.round import client_states
+from tff_opt.round import penalties
+from tff_opt.program import registry
 
 ALPHA = 0.3
 CLIENT_LR = 0.1

@@ -7,7 +7,7 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import schedules
+from tff_opt.round import schedules
 
 CLIENT_LR = 0.1
 LOCAL_STEPS = 3

@@ -7,7 +7,7 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import penalties
+from tff_opt.round import penalties
 
 MU = 0.5
 CLIENT_LR = 0.1

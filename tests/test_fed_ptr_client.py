@@ -16,10 +16,10 @@ import tensorflow_federated as tff
 
 from tests import binary
 from tests import tiny
-from tff_opt import aggregators
+from tff_opt.round import aggregators
 from tff_opt import algorithms
-from tff_opt import client_states
-from tff_opt import mtt
+from tff_opt.round import client_states
+from tff_opt.round import mtt
 from tff_opt.algorithms import fed_ptr
 
 MU = 0.3
@@ -277,7 +277,7 @@ def _run_schedule(process, clients, schedule):
 @pytest.fixture(scope='module')
 def every_two():
   """update_every=2, built through the registry (as binaries.train does)."""
-  from tff_opt import registry  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
   process = registry.build_process(
       'fedptr', tiny.model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
       server_optimizer_fn=_sgd(1.0),

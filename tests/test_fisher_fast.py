@@ -1,4 +1,4 @@
-"""FedCurv's one-pass Fisher diagonal (`tff_opt/fisher.py`) is exact.
+"""FedCurv's one-pass Fisher diagonal (`tff_opt/round/fisher.py`) is exact.
 
 The fast path must give the numbers of one gradient pass per example
 (`fed_curv._per_example_fisher`, the fallback) on the models it supports,
@@ -11,7 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import emnist
-from tff_opt import fisher
+from tff_opt.round import fisher
 from tff_opt.algorithms import fed_curv
 
 CE = tf.keras.losses.SparseCategoricalCrossentropy

@@ -1,4 +1,4 @@
-"""Trajectory matching (tff_opt/mtt.py): descent and exact unrolled gradients."""
+"""Trajectory matching (tff_opt/round/mtt.py): descent and exact unrolled gradients."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
-from tff_opt import mtt
+from tff_opt.round import mtt
 
 INNER_STEPS = 3
 

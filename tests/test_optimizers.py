@@ -1,4 +1,4 @@
-"""Tests for tff_opt.optimizers: Reddi et al. Algorithm 2, and the registry.
+"""Tests for tff_opt.round.optimizers: Reddi et al. Algorithm 2, and the registry.
 
 The reference implementation below is written in the paper's notation, with
 Delta_t = final - initial; the optimizers receive TFF's gradient-form update
@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import optimizers
+from tff_opt.round import optimizers
 
 _BUILDERS = {
     'adagrad': optimizers.build_fed_adagrad,

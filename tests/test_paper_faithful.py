@@ -9,7 +9,7 @@ Eq. 3 where the client state fits, FedFOR's U'(0) flag.
 import pytest
 
 from binaries import train
-from tff_opt import registry
+from tff_opt.program import registry
 
 
 def _hparams(*argv):

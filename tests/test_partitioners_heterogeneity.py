@@ -406,7 +406,7 @@ def test_loop_with_round_hook_resumes_exactly(tmp_path):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tests import tiny  # pylint: disable=g-import-not-at-top
   from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
-  from tff_opt import training_loop  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
   x, y = (np.concatenate(a) for a in zip(*tiny.make_clients(
       num_clients=4, seed=2, sizes=(20, 20, 20, 20))))

@@ -22,8 +22,8 @@ from tasks import models as task_models
 from tests import binary
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import personalization
-from tff_opt import training_loop
+from tff_opt.program import personalization
+from tff_opt.program import training_loop
 
 LR = 0.5
 EPOCHS = 3

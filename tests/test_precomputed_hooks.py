@@ -14,9 +14,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
-from tff_opt import client_work
-from tff_opt import momentum
-from tff_opt import penalties
+from tff_opt.round import client_work
+from tff_opt.round import momentum
+from tff_opt.round import penalties
 
 RNG = np.random.default_rng(7)
 SHAPES = ((4, 3), (3,))

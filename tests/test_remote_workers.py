@@ -22,8 +22,8 @@ import tensorflow_federated as tff
 from tests import binary
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import runtime
-from tff_opt import training_loop
+from tff_opt.program import runtime
+from tff_opt.program import training_loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = ['--task=digits', '--clients_per_round=4', '--client_epochs=1',

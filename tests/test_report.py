@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from binaries import report
-from tff_opt import analysis
+from tff_opt.program import analysis
 
 
 def write_run(output_dir, rows):

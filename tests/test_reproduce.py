@@ -16,7 +16,7 @@ import pytest
 from binaries import paper_tables
 from binaries import reproduce
 from tests import binary
-from tff_opt import registry
+from tff_opt.program import registry
 
 
 def _flag(argv, name):

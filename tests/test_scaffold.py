@@ -10,8 +10,8 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import client_states
-from tff_opt import training_loop
+from tff_opt.round import client_states
+from tff_opt.program import training_loop
 
 CLIENT_LR = 0.1
 LOCAL_STEPS = 3
@@ -110,7 +110,7 @@ def test_equals_fed_avg_when_every_client_is_new(scaffold):
 
 def test_population_size_scales_the_server_control_variate():
   # Built as binaries.train builds it: N is the task's training clients.
-  from tff_opt import registry  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
   process = registry.build_process(
       'scaffold', tiny.model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
       server_optimizer_fn=_sgd(1.0),

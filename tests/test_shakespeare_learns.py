@@ -4,7 +4,7 @@
 by `tools/make_shakespeare_sqlite.py` (the `NUM_ROLES` roles with the most
 speeches), read by TFF's own loader through `tasks.create_task`, trained with
 FedAvg (`tff_opt.algorithms.build_fed_opt`, client and server SGD) for
-`ROUNDS` rounds, and evaluated with `tff_opt.evaluation.build_evaluator` on
+`ROUNDS` rounds, and evaluated with `tff_opt.program.evaluation.build_evaluator` on
 the first `EVAL_BATCHES` batches of the pooled test snippets.
 
 The paper's 820,522-parameter model costs 70-145 s a round here, so the test
@@ -35,7 +35,7 @@ import tensorflow_federated as tff
 
 import tasks
 from tff_opt import algorithms
-from tff_opt import evaluation
+from tff_opt.program import evaluation
 from tools import make_shakespeare_sqlite
 
 TEXT = '/work/shared/data/tinyshakespeare.txt'

@@ -15,7 +15,7 @@ import pytest
 
 from binaries import sweep
 from tasks import paper_settings
-from tff_opt import analysis
+from tff_opt.program import analysis
 
 ROUNDS = 150
 

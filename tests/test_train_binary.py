@@ -14,7 +14,7 @@ from absl import flags
 import tasks
 from binaries import train
 from tests import binary
-from tff_opt import registry
+from tff_opt.program import registry
 
 FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
         '--eval_every=1', '--checkpoint_every=2', '--seed=3']

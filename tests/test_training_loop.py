@@ -11,7 +11,7 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt import training_loop
+from tff_opt.program import training_loop
 
 CLIENTS = {f'client_{k}': c for k, c in enumerate(
     tiny.make_clients(num_clients=6, seed=5, sizes=(8, 12, 5, 9, 3, 7)))}

@@ -9,8 +9,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import binary
-from tff_opt import runtime
-from tff_opt import worker_env
+from tff_opt.program import runtime
+from tff_opt.program import worker_env
 
 
 def test_worker_environment_values():

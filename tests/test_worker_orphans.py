@@ -15,7 +15,9 @@ import time
 import tensorflow as tf
 import tensorflow_federated as tff
 from tests import tiny
-from tff_opt import algorithms, runtime, training_loop
+from tff_opt import algorithms
+from tff_opt.program import runtime
+from tff_opt.program import training_loop
 runtime.set_local_execution_context()
 process = algorithms.build_fed_opt(
     tiny.model_fn,
@@ -60,7 +62,7 @@ def test_sigkilled_trainer_takes_its_worker_down():
 
 
 def test_watchdog_exits_when_its_worker_stops_first():
-  from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
   worker = subprocess.Popen(['sleep', '30'])
   watchdog = subprocess.Popen(
       ['sh', '-c', runtime._WATCHDOG, 'wd', str(os.getpid()),  # pylint: disable=protected-access
@@ -79,7 +81,7 @@ def test_watchdog_exits_when_its_worker_stops_first():
 def test_closed_port_fails_fast_instead_of_waiting_the_timeout(monkeypatch):
   """Issue 16.7: a refused connection is not retried for the full timeout."""
   import socket  # pylint: disable=g-import-not-at-top
-  from tff_opt import runtime  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(runtime, 'REFUSED_GRACE', 1.0)
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import client_states
+from tff_opt.round import client_states
 
 NUM_FEATURES = 4
 NUM_CLASSES = 3

@@ -18,7 +18,7 @@ and sends Delta_k = w_t - w_k. The server:
     m_{t+1}   = Delta_bar + (beta_global - beta_local) * m_t
     w_{t+1}   = w_t - alpha * eta_t * m_{t+1}
 
-(`tff_opt.momentum` has the pieces and how they map onto the shared client
+(`tff_opt.round.momentum` has the pieces and how they map onto the shared client
 work.) beta_local defaults to beta_global = `beta` (the paper's choice), so
 m_{t+1} = Delta_bar, as Algorithm 4 writes it.
 
@@ -42,7 +42,7 @@ Choices the paper leaves open (each tested):
 - H is the client's own number of batches this round (its dataset holds its
   epochs), counted before its loop.
 - eta_t at the server is computed from the same schedule and the round
-  number the server rule keeps (see `tff_opt.momentum`).
+  number the server rule keeps (see `tff_opt.round.momentum`).
 - Double momentum uses the heavy-ball form (Algorithm 4); `variant=
   'nesterov'` with `local_momentum` is refused.
 - With beta_local = 0 the momentum is not broadcast (no client uses it).
@@ -65,10 +65,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt import client_work as client_work_lib
-from tff_opt import composers
-from tff_opt import distributors
-from tff_opt import momentum as momentum_lib
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import composers
+from tff_opt.round import distributors
+from tff_opt.round import momentum as momentum_lib
 
 VARIANTS = ('heavy_ball', 'nesterov')
 DEFAULT_DISTILL_LAMBDA = 0.35

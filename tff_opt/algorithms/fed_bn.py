@@ -70,10 +70,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import client_states
-from tff_opt import client_work as client_work_lib
-from tff_opt import distributors
-from tff_opt import penalties
+from tff_opt.round import client_states
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import distributors
+from tff_opt.round import penalties
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_curv

@@ -60,7 +60,7 @@ Choices written down (and tested):
     backward pass of sum_i l_i to the layers' pre-activation outputs z,
     and the per-layer closed forms of sum_i (grad_i)^2 (Dense:
     (a^2)^T (g^2); Conv2D: per-example patches^T G, squared; see
-    `tff_opt/fisher.py`).
+    `tff_opt/round/fisher.py`).
   * Fallback, for every other model (BatchNormalization, embeddings,
     LSTMs, branches, custom layers or losses, regularizers, a
     `VariableModel` not made by `from_keras_model`): one gradient pass per
@@ -91,13 +91,13 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import aggregators
-from tff_opt import client_states
-from tff_opt import client_work as client_work_lib
-from tff_opt import distributors
-from tff_opt import fisher
-from tff_opt import finalizers
-from tff_opt import penalties
+from tff_opt.round import aggregators
+from tff_opt.round import client_states
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import distributors
+from tff_opt.round import fisher
+from tff_opt.round import finalizers
+from tff_opt.round import penalties
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe as recipe_lib

@@ -30,8 +30,8 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import distributors
-from tff_opt import penalties
+from tff_opt.round import distributors
+from tff_opt.round import penalties
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe
 
@@ -63,7 +63,7 @@ def build_fed_for(
     model_aggregator: Weighted aggregation factory for the deltas;
       `tff.aggregators.MeanFactory()` by default.
     grad_at_zero: U'(0) of the penalty, 0 (relu's) or 1 (the paper's
-      x-branch); see `tff_opt.penalties`.
+      x-branch); see `tff_opt.round.penalties`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`; its metrics include

@@ -11,9 +11,9 @@ and hands -Delta_t, as a pseudo-gradient, to its server optimizer:
 
     FedAvg      SGD, server learning rate 1     x_{t+1} = x_t + Delta_t
     FedAvgM     SGD with momentum (0.9)
-    FedAdagrad, FedAdam, FedYogi   `tff_opt.optimizers` (Algorithm 2)
+    FedAdagrad, FedAdam, FedYogi   `tff_opt.round.optimizers` (Algorithm 2)
 
-The client learning rate may follow a schedule (`tff_opt.schedules`, e.g.
+The client learning rate may follow a schedule (`tff_opt.round.schedules`, e.g.
 the paper's staircase ExpDecay). A round whose aggregate is not finite is
 rejected by the finalizer: model and server-optimizer state stay as they
 were, and the finalizer reports `update_non_finite = 1`.
@@ -47,7 +47,7 @@ def build_fed_opt(
     client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`
       (e.g. `tff.learning.optimizers.build_sgdm(0.1)`).
     server_optimizer_fn: The server's optimizer, applied to the averaged
-      pseudo-gradient (e.g. `tff_opt.optimizers.build_fed_yogi(0.01)`).
+      pseudo-gradient (e.g. `tff_opt.round.optimizers.build_fed_yogi(0.01)`).
     client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (the
       paper's Algorithm 5) or `UNIFORM`.
     client_lr_schedule: Optional round number -> client learning rate.

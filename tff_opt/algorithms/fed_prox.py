@@ -21,7 +21,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import penalties
+from tff_opt.round import penalties
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe
 

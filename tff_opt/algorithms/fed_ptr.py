@@ -4,7 +4,7 @@ FedPTR (the paper's Algorithms 1-3) pulls each client toward a *projected*
 next global model w~_{t+1} instead of the current one. Server-side FedPTR-S,
 at the start of round t (with w_{t-1} the model it broadcast last round):
 
-1. Trajectory matching (`tff_opt.mtt`, Algorithm 1): starting from the kept
+1. Trajectory matching (`tff_opt.round.mtt`, Algorithm 1): starting from the kept
    synthetic set D_syn and step size alpha_syn, `mtt_outer_steps` gradient
    steps on ||student_N - w_t||^2 / ||w_{t-1} - w_t||^2, student_N being
    w_{t-1} after N = `mtt_inner_steps` SGD steps on D_syn with step alpha_syn.
@@ -79,7 +79,7 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
 - D_syn starts as N(0, 1) noise (stateless, from `seed`) with
   `images_per_class` images of each class, labels fixed; alpha_syn starts at
   `mtt_init_lr`. Every MTT step uses the whole D_syn as one batch and the
-  mean softmax cross-entropy of the model's logits (`tff_opt.mtt`).
+  mean softmax cross-entropy of the model's logits (`tff_opt.round.mtt`).
 - `update_every = k >= 1` runs MTT in the rounds with a previous model whose
   index (counted from the first such round) is a multiple of k; `0` runs it
   once ("one-shot"). Between MTT runs the last D_syn and alpha_syn are kept
@@ -94,7 +94,7 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   (`projection_non_finite` is 1), so one bad MTT run cannot poison the
   clients' penalty.
 - MTT's outer optimizer: SGD with momentum `mtt_momentum` (PyTorch's form,
-  `tff_opt.mtt`) on the images and on alpha_syn, 0.5 by default: MTT's
+  `tff_opt.round.mtt`) on the images and on alpha_syn, 0.5 by default: MTT's
   `torch.optim.SGD(momentum=0.5)`, and the paper sets "the rest of the MTT
   hyper-parameters [...] as the default value in Cazenavette et al.". The
   velocities start at zero in every MTT run (each run matches a new
@@ -109,7 +109,7 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   twice as long.)
 - w_{t-1} is the model this process broadcast in the round before (after a
   rejected round, w_{t-1} = w_t and the matching loss's denominator is
-  floored, see `tff_opt.mtt`).
+  floored, see `tff_opt.round.mtt`).
 - Client side, D_syn's initialisation: slot i of class c holds the i-th
   example of class c in one pass over the client's dataset (its order, so
   a shuffled dataset gives a random pick; with several local epochs an
@@ -190,11 +190,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import aggregators
-from tff_opt import client_states
-from tff_opt import client_work as client_work_lib
-from tff_opt import distributors
-from tff_opt import mtt
+from tff_opt.round import aggregators
+from tff_opt.round import client_states
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import distributors
+from tff_opt.round import mtt
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe

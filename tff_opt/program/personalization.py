@@ -75,8 +75,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt import client_work
-from tff_opt import penalties
+from tff_opt.round import client_work
+from tff_opt.round import penalties
 from tff_opt.algorithms import fed_adc
 
 STRATEGY_KEY = 'calibrated'

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import composers
+from tff_opt.round import composers
 from tff_opt import tff_types
 
 CLIENT_STATE_KEY = 'client_state'

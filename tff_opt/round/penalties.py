@@ -53,9 +53,9 @@ import functools
 
 import tensorflow as tf
 
-from tff_opt import client_states
-from tff_opt import client_work
-from tff_opt import distributors
+from tff_opt.round import client_states
+from tff_opt.round import client_work
+from tff_opt.round import distributors
 
 # The broadcast of `distributors.with_previous_model`.
 PREVIOUS_MODEL_KEY = distributors.PREVIOUS_MODEL_KEY

@@ -52,7 +52,7 @@ from tensorflow_federated.python.core.impl.executor_stacks import python_executo
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_stub
 
-from tff_opt import worker_env
+from tff_opt.program import worker_env
 
 _WORKER_NAME = 'worker_binary'
 _lock = threading.Lock()
@@ -173,7 +173,7 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
 
   When `intra_op_threads` or `onednn` is given, the context's worker is
   started here (with a watchdog, see the module docstring), with those
-  TensorFlow settings in its environment (`tff_opt.worker_env`; this
+  TensorFlow settings in its environment (`tff_opt.program.worker_env`; this
   process's own environment is left as it was); otherwise it starts on the
   first computation, as in TFF, and `training_loop.run_training` gives it
   its watchdog after the first round (`watch_workers`). Several such

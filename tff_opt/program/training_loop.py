@@ -55,10 +55,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checkpoints
+from tff_opt.program import checkpoints
 from tff_opt import checks
-from tff_opt import client_states as client_states_lib
-from tff_opt import runtime
+from tff_opt.round import client_states as client_states_lib
+from tff_opt.program import runtime
 
 METRICS_FILE = 'metrics.csv'
 CHECKPOINT_DIR = 'checkpoints'

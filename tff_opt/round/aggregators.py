@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import client_work
+from tff_opt.round import client_work
 
 SUMS_KEY = 'sums'
 NUM_CLIENTS_KEY = 'num_clients'

@@ -23,8 +23,8 @@ from typing import Any
 
 import tensorflow_federated as tff
 
-from tff_opt import client_work
-from tff_opt import composers
+from tff_opt.round import client_work
+from tff_opt.round import composers
 from tff_opt import tff_types
 
 

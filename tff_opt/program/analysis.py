@@ -1,7 +1,7 @@
 """Reading runs back: the paper's selection rule and the report's numbers.
 
 Shared by `binaries.sweep` and `binaries.report`; pure Python over the
-`metrics.csv` files that `tff_opt.training_loop` writes (one row per round,
+`metrics.csv` files that `tff_opt.program.training_loop` writes (one row per round,
 an empty cell where a metric was not measured that round).
 
 Selection rule (Reddi et al., Section 4 and Appendix D.1): among the points

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Optional
 
 import tensorflow_federated as tff
 
-from tff_opt import communication
+from tff_opt.round import communication
 
 
 class ServerState(NamedTuple):

@@ -20,7 +20,7 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import client_work
+from tff_opt.round import client_work
 
 OPTIMIZER_STATE_KEY = 'optimizer'
 EXTRAS_KEY = 'extras'

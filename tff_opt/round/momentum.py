@@ -61,7 +61,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt import client_work as client_work_lib
+from tff_opt.round import client_work as client_work_lib
 
 MOMENTUM_KEY = 'momentum'
 ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY

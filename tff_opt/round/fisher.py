@@ -49,7 +49,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from tff_opt import client_work
+from tff_opt.round import client_work
 
 try:  # TFF's Keras wrapper: the only `VariableModel` the fast path reads.
   from tensorflow_federated.python.learning.models import keras_utils as _tff_keras  # pylint: disable=g-import-not-at-top

@@ -98,7 +98,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt import optimizers
+from tff_opt.round import optimizers
 
 
 @dataclasses.dataclass(frozen=True)
