@@ -33,10 +33,10 @@ import psutil
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_states
 from tff_opt.program import evaluation
 from tff_opt.program import runtime
 from tff_opt.program import training_loop
+from tff_opt.round import client_states
 
 
 def load_average() -> str:

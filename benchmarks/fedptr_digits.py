@@ -42,9 +42,9 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top
 from tasks import digits  # pylint: disable=g-import-not-at-top
 from tasks import models  # pylint: disable=g-import-not-at-top
 from tasks import partitioners  # pylint: disable=g-import-not-at-top
-from tff_opt.round import aggregators  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
+from tff_opt.round import aggregators  # pylint: disable=g-import-not-at-top
 
 ALGORITHMS = ('fedavg', 'fedprox', 'fedptr', 'fedptr_s')
 

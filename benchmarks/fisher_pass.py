@@ -58,8 +58,8 @@ def main(argv=None):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from tasks import emnist  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import fisher  # pylint: disable=g-import-not-at-top
   from tff_opt.algorithms import fed_curv  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import fisher  # pylint: disable=g-import-not-at-top
 
   tf.keras.utils.set_random_seed(0)
   model = tff.learning.models.from_keras_model(

@@ -13,9 +13,9 @@ import tensorflow_federated as tff
 from tests import binary
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.round import schedules
-from tff_opt.program import training_loop
 from tff_opt.algorithms import fed_adc
+from tff_opt.program import training_loop
+from tff_opt.round import schedules
 
 ROUNDS = 3
 # Each client's own number of local steps H (full-batch steps).

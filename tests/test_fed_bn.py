@@ -12,8 +12,8 @@ import tensorflow_federated as tff
 from tests import binary
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.round import client_states
 from tff_opt.algorithms import fed_bn
+from tff_opt.round import client_states
 
 MU = 0.1
 CLIENT_LR = 0.1
@@ -264,7 +264,7 @@ def test_binary_runs_feddyn_with_fedbn(tmp_path):
 
 @pytest.mark.parametrize('args, message', [
     (['--algorithm=feddyn', '--feddyn_alpha=0'],
-     'train: error: --feddyn_alpha=0.0: alpha must be a positive number, '
+     'train: error: --feddyn_alpha=0.0: alpha must be positive, '
      'got 0.0.'),
     (['--algorithm=fedprox', '--mu=0.01', '--fedbn'],
      "train: error: --fedbn: task digits: FedBN needs a model with a "

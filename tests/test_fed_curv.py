@@ -191,8 +191,8 @@ def test_resolve_exact_rejects_unknown_choice():
 
 def test_registry_runs_eq3_by_default():
   """`--algorithm=fedcurv` (auto) builds the stateful Eq. 3 process."""
-  from tff_opt.round import client_states  # pylint: disable=g-import-not-at-top
   from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import client_states  # pylint: disable=g-import-not-at-top
   common = dict(client_optimizer_fn=_sgd(CLIENT_LR),
                 server_optimizer_fn=_sgd(1.0),
                 client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,

@@ -6,9 +6,9 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
+from tff_opt.program import registry
 from tff_opt.round import client_states
 from tff_opt.round import penalties
-from tff_opt.program import registry
 
 ALPHA = 0.3
 CLIENT_LR = 0.1
@@ -115,7 +115,7 @@ def test_alpha_must_be_positive(alpha):
     algorithms.build_fed_dyn(
         tiny.model_fn, alpha=alpha, num_clients=3,
         client_optimizer_fn=_sgd(0.1), server_optimizer_fn=_sgd(1.0))
-  assert str(e.value) == f'alpha must be a positive number, got {alpha!r}.'
+  assert str(e.value) == f'alpha must be positive, got {alpha}.'
 
 
 def test_num_clients_must_be_positive():

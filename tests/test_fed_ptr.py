@@ -217,14 +217,14 @@ def test_rejects_bad_hyper_parameters():
   with pytest.raises(ValueError, match=r'^mu must be a non-negative number, '
                      r'got -1\.0\.$'):
     _build(-1.0)
-  with pytest.raises(ValueError, match=r'^mtt_inner_steps must be an integer '
-                     r'>= 1, got 0\.$'):
+  with pytest.raises(ValueError, match=r'^mtt_inner_steps must be a positive '
+                     r'integer, got 0\.$'):
     _build(MU, mtt_inner_steps=0)
   with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
                      r"got 'clients'\.$"):
     _build(MU, side='clients')
   for momentum in (-0.5, 1.0, 2.0):
-    with pytest.raises(ValueError, match=r'^mtt_momentum must be a number in '
+    with pytest.raises(ValueError, match=r'^mtt_momentum must be in '
                        rf'\[0, 1\), got {momentum!r}\.$'):
       _build(MU, mtt_momentum=momentum)
 

@@ -16,11 +16,11 @@ import tensorflow_federated as tff
 
 from tests import binary
 from tests import tiny
-from tff_opt.round import aggregators
 from tff_opt import algorithms
+from tff_opt.algorithms import fed_ptr
+from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import mtt
-from tff_opt.algorithms import fed_ptr
 
 MU = 0.3
 CLIENT_LR = 0.1
@@ -460,7 +460,7 @@ def test_bad_side_and_momentum_are_rejected():
   with pytest.raises(ValueError, match=r"^side must be 'server' or 'client', "
                      r"got 'both'\.$"):
     _build(MU, side='both')
-  with pytest.raises(ValueError, match=r'^mtt_momentum must be a number in '
+  with pytest.raises(ValueError, match=r'^mtt_momentum must be in '
                      r'\[0, 1\), got 1\.0\.$'):
     _build(MU, mtt_momentum=1.0)
 

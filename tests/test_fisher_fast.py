@@ -11,8 +11,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import emnist
-from tff_opt.round import fisher
 from tff_opt.algorithms import fed_curv
+from tff_opt.round import fisher
 
 CE = tf.keras.losses.SparseCategoricalCrossentropy
 

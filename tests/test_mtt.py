@@ -157,6 +157,6 @@ def test_outer_steps_follow_numpy_momentum_update():
 
 @pytest.mark.parametrize('momentum', [-0.1, 1.0, 1.5, True, '0.5'])
 def test_distill_rejects_bad_momentum(momentum):
-  with pytest.raises(ValueError, match=r'^momentum must be a number in '
+  with pytest.raises(ValueError, match=r'^momentum must be in '
                      r'\[0, 1\), got '):
     _distill_float64(1, momentum, np.zeros((6, 4)), 0.1, 1.0, 0.1)

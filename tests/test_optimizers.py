@@ -273,7 +273,7 @@ def test_set_hparams_validates_values_and_keys():
   opt = optimizers.build_fed_yogi(0.1)
   state = opt.initialize(_specs())
   with pytest.raises(ValueError,
-                     match=_exact('learning_rate must be non-negative, '
+                     match=_exact('learning_rate must be a non-negative number, '
                                   'got -0.5.')):
     opt.set_hparams(state, {'learning_rate': -0.5})
   adagrad = optimizers.build_fed_adagrad(0.1)
@@ -341,9 +341,9 @@ def test_apply_optimizer_finalizer_step_matches_numpy(finalizers, variant):
 
 @pytest.mark.parametrize('build, message', [
     (lambda: optimizers.build_fed_adam(-1.0),
-     'learning_rate must be non-negative, got -1.0.'),
+     'learning_rate must be a non-negative number, got -1.0.'),
     (lambda: optimizers.build_fed_adagrad(0.1, tau=-1.0),
-     'tau must be non-negative, got -1.0.'),
+     'tau must be a non-negative number, got -1.0.'),
     (lambda: optimizers.build_fed_yogi(0.1, beta_1=1.0),
      'beta_1 must be in [0, 1), got 1.0.'),
     (lambda: optimizers.build_fed_adam(0.1, beta_2=-0.1),

@@ -277,7 +277,7 @@ def test_summary_statistics_by_hand():
 @pytest.mark.parametrize('kwargs, message', [
     ({'epochs': 0}, r'epochs must be a positive integer, got 0\.'),
     ({'batch_size': 2.5}, r'batch_size must be a positive integer, got 2\.5\.'),
-    ({'mu': -1.0}, r'mu must be non-negative, got -1\.0\.'),
+    ({'mu': -1.0}, r'mu must be a non-negative number, got -1\.0\.'),
     ({'distill_lambda': 1.5}, r'distill_lambda must be in \[0, 1\], got 1\.5\.'),
     ({'distill_temperature': 0.0},
      r'distill_temperature must be positive, got 0\.0\.'),

@@ -10,8 +10,8 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.round import client_states
 from tff_opt.program import training_loop
+from tff_opt.round import client_states
 
 CLIENT_LR = 0.1
 LOCAL_STEPS = 3

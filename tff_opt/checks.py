@@ -12,7 +12,8 @@ embedded-momentum server rule, FedPTR's synthetic set and projection) asks
 it.
 """
 
-from typing import Any
+import math
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -23,22 +24,50 @@ def _checkable(value: Any) -> bool:
   return not tf.is_symbolic_tensor(value)
 
 
+def _finite(value: Any) -> Optional[float]:
+  """`value` as a float, or `None` unless it is a finite real number.
+
+  A bool and a string are not numbers here, whatever `float()` makes of
+  them.
+  """
+  if isinstance(value, (bool, np.bool_, str, bytes)):
+    return None
+  try:
+    number = float(value)
+  except (TypeError, ValueError):
+    return None
+  return number if math.isfinite(number) else None
+
+
+def _shown(value: Any) -> str:
+  """How a refused value is written in a message ('big' quoted)."""
+  return repr(value) if isinstance(value, (str, bytes)) else str(value)
+
+
 def check_positive(name: str, value: Any) -> None:
-  """Raises ValueError unless `value` > 0."""
-  if _checkable(value) and not float(value) > 0.0:
-    raise ValueError(f'{name} must be positive, got {value}.')
+  """Raises ValueError unless `value` is a finite number > 0."""
+  number = _finite(value) if _checkable(value) else 1.0
+  if number is None or number <= 0.0:
+    raise ValueError(f'{name} must be positive, got {_shown(value)}.')
 
 
 def check_non_negative(name: str, value: Any) -> None:
-  """Raises ValueError unless `value` >= 0."""
-  if _checkable(value) and not float(value) >= 0.0:
-    raise ValueError(f'{name} must be non-negative, got {value}.')
+  """Raises ValueError unless `value` is a finite number >= 0.
+
+  A penalty's coefficient (mu, alpha, lam) of 0 is the base algorithm, so
+  0 is allowed.
+  """
+  number = _finite(value) if _checkable(value) else 0.0
+  if number is None or number < 0.0:
+    raise ValueError(
+        f'{name} must be a non-negative number, got {_shown(value)}.')
 
 
 def check_unit_interval(name: str, value: Any) -> None:
   """Raises ValueError unless 0 <= `value` < 1 (a momentum, a decay)."""
-  if _checkable(value) and not 0.0 <= float(value) < 1.0:
-    raise ValueError(f'{name} must be in [0, 1), got {value}.')
+  number = _finite(value) if _checkable(value) else 0.0
+  if number is None or not 0.0 <= number < 1.0:
+    raise ValueError(f'{name} must be in [0, 1), got {_shown(value)}.')
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> None:

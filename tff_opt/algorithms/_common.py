@@ -1,7 +1,5 @@
 """Checks and small pieces shared by the algorithm builders."""
 
-import math
-
 import tensorflow_federated as tff
 
 
@@ -12,13 +10,6 @@ def check_optimizers(client_optimizer_fn, server_optimizer_fn) -> None:
     if not isinstance(value, tff.learning.optimizers.Optimizer):
       raise TypeError(f'{name} must be a tff.learning.optimizers.Optimizer, '
                       f'got {type(value).__name__}.')
-
-
-def check_non_negative(name: str, value) -> None:
-  """Raises ValueError naming `name` unless `value` is a finite number >= 0."""
-  if (isinstance(value, bool) or not isinstance(value, (int, float)) or
-      not math.isfinite(value) or value < 0):
-    raise ValueError(f'{name} must be a non-negative number, got {value!r}.')
 
 
 def initial_model_weights_fn(model_fn) -> tff.Computation:

@@ -70,18 +70,18 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_states
-from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import distributors
-from tff_opt.round import penalties
+from tff_opt import checks
 from tff_opt import tff_types
-from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_curv
 from tff_opt.algorithms import fed_dyn
 from tff_opt.algorithms import fed_for
 from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import recipe as recipe_lib
+from tff_opt.round import client_states
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import distributors
+from tff_opt.round import penalties
 
 BATCH_NORM_KEY = 'batch_norm'
 BASE_KEY = 'base'
@@ -319,24 +319,24 @@ def _base_recipe_fn(name, hparams, server_optimizer_fn):
         distributor_fn=tff.learning.templates.build_broadcast_process,
         penalty=None, server_optimizer_fn=server_optimizer_fn)
   if name == 'fedprox':
-    _common.check_non_negative('mu', hparams['mu'])
+    checks.check_non_negative('mu', hparams['mu'])
     return functools.partial(
         recipe_lib.penalized_fed_opt,
         distributor_fn=tff.learning.templates.build_broadcast_process,
         penalty=functools.partial(penalties.proximal, mu=hparams['mu']),
         server_optimizer_fn=server_optimizer_fn)
   if name == 'fedfor':
-    _common.check_non_negative('alpha', hparams['alpha'])
+    checks.check_non_negative('alpha', hparams['alpha'])
     return functools.partial(
         recipe_lib.penalized_fed_opt,
         distributor_fn=distributors.with_previous_model,
         penalty=penalties.first_order_positive_hook(hparams['alpha']),
         server_optimizer_fn=server_optimizer_fn)
   if name == 'fedcurv':
-    _common.check_non_negative('lam', hparams['lam'])
+    checks.check_non_negative('lam', hparams['lam'])
     return functools.partial(fed_curv.fed_curv_recipe, lam=hparams['lam'],
                              server_optimizer_fn=server_optimizer_fn)
-  fed_dyn.check_alpha(hparams['alpha'])
+  checks.check_positive('alpha', hparams['alpha'])
   fed_dyn.check_num_clients(hparams['num_clients'])
   return functools.partial(fed_dyn.fed_dyn_recipe, alpha=hparams['alpha'],
                            num_clients=hparams['num_clients'],

@@ -91,16 +91,16 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+from tff_opt import tff_types
+from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
-from tff_opt.round import fisher
 from tff_opt.round import finalizers
+from tff_opt.round import fisher
 from tff_opt.round import penalties
-from tff_opt import tff_types
-from tff_opt.algorithms import _common
-from tff_opt.algorithms import recipe as recipe_lib
 
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
@@ -139,9 +139,7 @@ def empirical_fisher_diagonal(model, dataset, *,
   Raises:
     ValueError: If `batch_size` is not a positive integer.
   """
-  if not isinstance(batch_size, int) or batch_size < 1:
-    raise ValueError(
-        f'batch_size must be a positive integer; got {batch_size!r}.')
+  checks.check_int('batch_size', batch_size)
   chain = fisher.keras_chain(model)
   if chain is None:
     return _per_example_fisher(model, dataset)
@@ -239,7 +237,7 @@ def build_fed_curv(
     ValueError: If `lam` is negative or not a finite number.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  _common.check_non_negative('lam', lam)
+  checks.check_non_negative('lam', lam)
   return recipe_lib.assemble(
       model_fn,
       functools.partial(fed_curv_recipe, lam=lam,

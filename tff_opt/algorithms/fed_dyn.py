@@ -53,29 +53,22 @@ Choices written down (and tested):
 
 import collections
 import functools
-import math
 from collections.abc import Callable, Mapping
 from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+from tff_opt import tff_types
+from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import penalties
-from tff_opt import tff_types
-from tff_opt.algorithms import recipe as recipe_lib
 
 H_KEY = 'h'
 MEAN_STATE_KEY = 'mean'
-
-
-def check_alpha(alpha) -> None:
-  """Raises ValueError unless `alpha` is a finite number > 0."""
-  if (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or
-      not math.isfinite(alpha) or alpha <= 0):
-    raise ValueError(f'alpha must be a positive number, got {alpha!r}.')
 
 
 def check_num_clients(num_clients) -> None:
@@ -212,7 +205,7 @@ def build_fed_dyn(
     ValueError: If `alpha` is not > 0 or `num_clients` not >= 1.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  check_alpha(alpha)
+  checks.check_positive('alpha', alpha)
   check_num_clients(num_clients)
   return recipe_lib.assemble(
       model_fn,

@@ -30,10 +30,10 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+from tff_opt.algorithms import recipe
 from tff_opt.round import distributors
 from tff_opt.round import penalties
-from tff_opt.algorithms import _common
-from tff_opt.algorithms import recipe
 
 
 def build_fed_for(
@@ -74,7 +74,7 @@ def build_fed_for(
       `grad_at_zero` is not 0 or 1.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  _common.check_non_negative('alpha', alpha)
+  checks.check_non_negative('alpha', alpha)
   return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=distributors.with_previous_model,

@@ -21,9 +21,9 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import penalties
-from tff_opt.algorithms import _common
+from tff_opt import checks
 from tff_opt.algorithms import recipe
+from tff_opt.round import penalties
 
 
 def build_fed_prox(
@@ -59,7 +59,7 @@ def build_fed_prox(
     ValueError: If `mu` is negative or not a finite number.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  _common.check_non_negative('mu', mu)
+  checks.check_non_negative('mu', mu)
   return recipe.build_penalized_fed_opt(
       model_fn,
       distributor_fn=tff.learning.templates.build_broadcast_process,

@@ -190,14 +190,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+from tff_opt import tff_types
+from tff_opt.algorithms import recipe
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import mtt
-from tff_opt import tff_types
-from tff_opt.algorithms import _common
-from tff_opt.algorithms import recipe
 
 PROJECTED_MODEL_KEY = 'projected_model_weights'
 PREVIOUS_MODEL_KEY = 'previous_model_weights'
@@ -708,11 +708,6 @@ def _delta_only(update):
   return update[client_work_lib.DELTA_KEY]
 
 
-def _check_positive_int(name, value, minimum=1):
-  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-    raise ValueError(f'{name} must be an integer >= {minimum}, got {value!r}.')
-
-
 def build_fed_ptr(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -790,18 +785,16 @@ def build_fed_ptr(
   """
   if side not in _SIDES:
     raise ValueError(f"side must be 'server' or 'client', got {side!r}.")
-  _common.check_non_negative('mu', mu)
-  _check_positive_int('images_per_class', images_per_class)
-  _check_positive_int('mtt_outer_steps', mtt_outer_steps, minimum=0)
-  _check_positive_int('mtt_inner_steps', mtt_inner_steps)
-  _check_positive_int('projection_steps', projection_steps, minimum=0)
-  _check_positive_int('update_every', update_every, minimum=0)
-  _common.check_non_negative('mtt_init_lr', mtt_init_lr)
-  if mtt_init_lr == 0:
-    raise ValueError(f'mtt_init_lr must be positive, got {mtt_init_lr!r}.')
-  _common.check_non_negative('mtt_image_lr', mtt_image_lr)
-  _common.check_non_negative('mtt_lr_lr', mtt_lr_lr)
-  mtt.check_momentum('mtt_momentum', mtt_momentum)
+  checks.check_non_negative('mu', mu)
+  checks.check_int('images_per_class', images_per_class)
+  checks.check_int('mtt_outer_steps', mtt_outer_steps, minimum=0)
+  checks.check_int('mtt_inner_steps', mtt_inner_steps)
+  checks.check_int('projection_steps', projection_steps, minimum=0)
+  checks.check_int('update_every', update_every, minimum=0)
+  checks.check_positive('mtt_init_lr', mtt_init_lr)
+  checks.check_non_negative('mtt_image_lr', mtt_image_lr)
+  checks.check_non_negative('mtt_lr_lr', mtt_lr_lr)
+  checks.check_unit_interval('mtt_momentum', mtt_momentum)
   penalty = functools.partial(projected_proximal, mu=mu,
                               layer_adaptive=layer_adaptive,
                               layer_groups=trainable_layer_groups(model_fn))

@@ -25,10 +25,10 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.algorithms import _common
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import composers
-from tff_opt.algorithms import _common
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,14 +43,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import tff_types
+from tff_opt.algorithms import _common
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import penalties
-from tff_opt import tff_types
-from tff_opt.algorithms import _common
 
 CONTROL_DELTA_KEY = 'control_delta'
 INITIALIZED_KEY = 'initialized'

@@ -45,8 +45,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import composers
 from tff_opt import tff_types
+from tff_opt.round import composers
 
 CLIENT_STATE_KEY = 'client_state'
 

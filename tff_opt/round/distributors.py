@@ -23,9 +23,9 @@ from typing import Any
 
 import tensorflow_federated as tff
 
+from tff_opt import tff_types
 from tff_opt.round import client_work
 from tff_opt.round import composers
-from tff_opt import tff_types
 
 
 def with_finalizer_state(

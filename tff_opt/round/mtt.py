@@ -53,6 +53,8 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+
 Forward = Callable[[Sequence[tf.Tensor], tf.Tensor], tf.Tensor]
 
 _DENOMINATOR_FLOOR = 1e-12
@@ -166,13 +168,6 @@ def matching_gradients(forward: Forward, start, target, x, y, lr,
   return loss, grad_x, grad_lr
 
 
-def check_momentum(name: str, momentum) -> None:
-  """Raises ValueError naming `name` unless 0 <= `momentum` < 1."""
-  if (isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or
-      not 0.0 <= momentum < 1.0):
-    raise ValueError(f'{name} must be a number in [0, 1), got {momentum!r}.')
-
-
 def distill(forward: Forward, start, target, x, y, lr, *, outer_steps: int,
             inner_steps: int, image_lr: float, lr_lr: float,
             momentum: float = 0.0):
@@ -204,7 +199,7 @@ def distill(forward: Forward, start, target, x, y, lr, *, outer_steps: int,
   Raises:
     ValueError: If `momentum` is not in [0, 1).
   """
-  check_momentum('momentum', momentum)
+  checks.check_unit_interval('momentum', momentum)
   x = tf.convert_to_tensor(x)
   lr = tf.convert_to_tensor(lr, x.dtype)
   zero = tf.zeros([], x.dtype)
