@@ -52,7 +52,12 @@ speed is measured):
              16, one epoch: 100 local steps per round. 32 sequences is far
              below the paper's cap of 1,000 per client, chosen to keep a
              round to seconds; the per-step cost is the real model's.
-             Tokens: all 20 positions of every sequence.
+             Tokens: all 20 positions of every sequence. Its floor (c)
+             applies the embedding's gradient to the rows a batch touches
+             (`scatter_sub`, what a plain-TF trainer does: 16 x 20 of the
+             10,004 rows per step) and `floor dense` densifies it first,
+             as TFF's SGD does (the same weights, more work); a/c is to
+             the sparse floor.
   shakespeare
              the paper's Shakespeare character LSTM of `tasks/shakespeare.py`
              (embedding 8, 2 x LSTM 256, 820,522 parameters; `--lstm_layers`
@@ -127,6 +132,8 @@ HPARAMS = dict(mu=0.01, alpha=5.0, lam=0.1, beta=0.9,
                fedadc_variant='heavy_ball', local_momentum=0.0,
                beta_local=None)
 WORKLOADS = ('emnist_cr', 'so_nwp', 'shakespeare')
+# Whose floor applies the embedding's gradient sparsely (see the docstring).
+SPARSE_FLOOR_WORKLOADS = ('so_nwp',)
 
 # Shakespeare (see the module docstring): the paper's batch and clients per
 # round, and the synthetic clients' sequences (percentiles of the real
@@ -184,6 +191,8 @@ class Workload:
     steps: Local steps (batches) per round, all clients together.
     client_ids: Shakespeare's real clients, in the order drawn; else None.
     describe: One line saying what the workload is.
+    sparse_floor: Whether the floor applies embedding gradients sparsely
+      (`SPARSE_FLOOR_WORKLOADS`).
   """
 
   def __init__(self, name: str, *, quick: bool,
@@ -206,6 +215,7 @@ class Workload:
         another workload or is below 1.
     """
     self.name = name
+    self.sparse_floor = name in SPARSE_FLOOR_WORKLOADS
     self.tokens = None
     self.client_ids = None
     self._model_fn = None
@@ -324,6 +334,9 @@ class Workload:
         input_spec=self.input_spec, metrics=self.metrics_fn())
 
 
+FLOOR_LABELS = {'floor': 'floor (c)', 'floor_dense': 'floor dense'}
+
+
 def _sgd():
   return tff.learning.optimizers.build_sgdm(CLIENT_LR)
 
@@ -351,14 +364,35 @@ def build_tff_fed_avg(workload: Workload, loop: str):
       loop_implementation=implementation)
 
 
-def floor_round_fn(workload: Workload, initial):
-  """The floor (c): one round of local SGD + weighted delta mean in TF."""
+def floor_round_fn(workload: Workload, initial, *, sparse: bool = False):
+  """The floor (c): one round of local SGD + weighted delta mean in TF.
+
+  Args:
+    workload: The model, loss and client datasets.
+    initial: The global model's starting weights.
+    sparse: Apply an embedding's gradient (a `tf.IndexedSlices`) to the
+      rows it touches only (`scatter_sub`), as a plain-TF trainer would;
+      otherwise densified first, as TFF's SGD applies it. The two give the
+      same weights (rows a batch does not touch get a zero gradient).
+
+  Returns:
+    A no-argument callable running one round; its `global_weights` are the
+    global model's trainable variables after the rounds run so far.
+  """
   model = workload.keras_model_fn()
   loss_fn = workload.loss_fn()
   weights = model.trainable_variables
   global_weights = [tf.Variable(v) for v in initial.trainable]
   for variable, value in zip(weights, initial.trainable):
     variable.assign(value)
+
+  def apply(variable, gradient):
+    if sparse and isinstance(gradient, tf.IndexedSlices):
+      variable.scatter_sub(tf.IndexedSlices(
+          CLIENT_LR * gradient.values, gradient.indices,
+          gradient.dense_shape))
+    else:
+      variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
 
   @tf.function
   def round_fn(datasets):
@@ -373,8 +407,7 @@ def floor_round_fn(workload: Workload, initial):
           loss = loss_fn(y, model(x, training=True))
         gradients = tape.gradient(loss, weights)
         for variable, gradient in zip(weights, gradients):
-          # Dense, as TFF's SGD applies it (the embedding's is sparse).
-          variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
+          apply(variable, gradient)
         examples += tf.cast(tf.shape(y)[0], tf.float32)
       sums = [s + examples * (g - v)
               for s, g, v in zip(sums, global_weights, weights)]
@@ -382,7 +415,11 @@ def floor_round_fn(workload: Workload, initial):
     for variable, s in zip(global_weights, sums):
       variable.assign_sub(s / total)
 
-  return lambda: round_fn(workload.datasets)
+  def run():
+    round_fn(workload.datasets)
+
+  run.global_weights = global_weights
+  return run
 
 
 def interleaved_times(round_fns, *, warmup: int, repeats: int):
@@ -564,7 +601,11 @@ def main(argv=None):
   try:
     round_fns = {}
     if not args.no_floor:
-      round_fns[('python', 'floor')] = floor_round_fn(workload, initial)
+      round_fns[('python', 'floor')] = floor_round_fn(
+          workload, initial, sparse=workload.sparse_floor)
+      if workload.sparse_floor:
+        round_fns[('python', 'floor_dense')] = floor_round_fn(workload,
+                                                              initial)
     for setting in settings:
       setting.start()
       for name, process in processes:
@@ -595,7 +636,7 @@ def report(times, workload: Workload, algorithms) -> None:
     b = wall.get((label, 'tff_reduce'))
     b_iterator = wall.get((label, 'tff_iterator'))
     table.print_row(
-        label, 'floor (c)' if name == 'floor' else name, seconds,
+        label, FLOOR_LABELS.get(name, name), seconds,
         workload.examples / seconds,
         workload.tokens / seconds if workload.tokens else None,
         seconds / fedopt if fedopt and name in algorithms else None,

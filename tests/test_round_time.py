@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import common
 from benchmarks import round_time
 from tasks import shakespeare
 from tasks import sqlite_data
@@ -109,3 +110,28 @@ def test_bad_flags_are_one_line_errors(argv, message, capsys):
   with pytest.raises(SystemExit):
     round_time._parse_args(argv)
   assert message in capsys.readouterr().err
+
+
+def test_sparse_floor_trains_the_same_weights_as_the_dense_floor():
+  """SO NWP's floor applies the embedding's gradient to touched rows only.
+
+  It must be the same SGD: after one round, every weight (the embedding's
+  untouched rows included) equals the densified floor's, and the embedding
+  did train (its touched rows moved).
+  """
+  workload = round_time.Workload('so_nwp', quick=True)
+  assert workload.sparse_floor
+  initial = common.initial_weights(workload.model_fn, 0)
+  sparse = round_time.floor_round_fn(workload, initial, sparse=True)
+  dense = round_time.floor_round_fn(workload, initial)
+  sparse()
+  dense()
+  for a, b in zip(sparse.global_weights, dense.global_weights):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+  embedding = sparse.global_weights[0].numpy()
+  moved = np.any(embedding != initial.trainable[0], axis=1)
+  touched = set()
+  for dataset in workload.datasets:
+    for x, _ in dataset.as_numpy_iterator():
+      touched.update(x.ravel().tolist())
+  assert set(np.flatnonzero(moved)) == touched
