@@ -101,6 +101,80 @@ def test_every_table_is_consistent(key):
     assert len({p.output_dir for p in points}) == len(points)
 
 
+def test_every_table_is_its_spec_expanded_and_names_known_names():
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  assert sorted(paper_tables.SPECS) == sorted(paper_tables.TABLES)
+  for key, spec in paper_tables.SPECS.items():
+    assert paper_tables.TABLES[key] == paper_tables.expand(spec)
+    paper_tables.check_names(spec, algorithms=registry.ALGORITHMS,
+                             flag_names=train.FLAGS)
+
+
+def _fedprox(*flags):
+  """FedFOR Table 2 with its FedProx row's flags replaced by `flags`."""
+  spec = paper_tables.SPECS[('fedfor', '2')]
+  return dataclasses.replace(spec, methods=tuple(
+      paper_tables.Method('FedProx', flags) if m.label == 'FedProx' else m
+      for m in spec.methods))
+
+
+_FEDFOR_T2_PRINTED = paper_tables.SPECS[('fedfor', '2')].printed
+
+
+def _fedfor_t2(**changes):
+  return dataclasses.replace(paper_tables.SPECS[('fedfor', '2')], **changes)
+
+
+def _ptr_t2_small(**changes):
+  spec = paper_tables.SPECS[('fedptr', '2')]
+  return dataclasses.replace(
+      spec, small=dataclasses.replace(spec.small, **changes))
+
+
+@pytest.mark.parametrize('spec, message', [
+    (_fedprox('--mu=0.01'),
+     "fedfor table 2, method 'FedProx': needs one --algorithm= flag, has 0."),
+    (_fedprox('--algorithm=fedprox', 'mu=0.01'),
+     "fedfor table 2, method 'FedProx': 'mu=0.01' is not a --name=value "
+     'flag.'),
+    (_fedfor_t2(small=dataclasses.replace(
+        paper_tables.SPECS[('fedfor', '2')].small,
+        point_flags=('--client_epochs={epochs}',))),
+     "fedfor table 2, point 'E=1' at small scale: '--client_epochs={epochs}' "
+     "names no variable 'epochs' (variables: E, full, half, small_rounds)."),
+    (_fedfor_t2(printed={**_FEDFOR_T2_PRINTED, 'FedFOR': (41.93,)}),
+     "fedfor table 2, printed row 'FedFOR': 1 values for 10 cells."),
+    (_fedfor_t2(printed={**_FEDFOR_T2_PRINTED, 'FedAVG': (1.0,) * 10}),
+     "fedfor table 2, printed row 'FedAVG': no such method."),
+    (_ptr_t2_small(only=({'dataset': 'FMNSIT'},)),
+     "fedptr table 2, small scale: only {'dataset': 'FMNSIT'} matches no "
+     'point.'),
+])
+def test_a_malformed_spec_is_refused_naming_the_table_and_the_part(spec,
+                                                                   message):
+  with pytest.raises(paper_tables.SpecError) as error:
+    paper_tables.expand(spec)
+  assert str(error.value) == message
+
+
+@pytest.mark.parametrize('flags, message', [
+    (('--algorithm=fedproxx', '--mu=0.01'),
+     "fedfor table 2, method 'FedProx': --algorithm=fedproxx is not a "
+     'registered algorithm.'),
+    (('--algorithm=fedprox', '--muu=0.01'),
+     "fedfor table 2, method 'FedProx': binaries.train has no flag --muu."),
+])
+def test_a_method_naming_an_unknown_algorithm_or_flag_is_refused(flags,
+                                                                 message):
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  spec = _fedprox(*flags)
+  paper_tables.expand(spec)  # Well formed: only the names are unknown.
+  with pytest.raises(paper_tables.SpecError) as error:
+    paper_tables.check_names(spec, algorithms=registry.ALGORITHMS,
+                             flag_names=train.FLAGS)
+  assert str(error.value) == message
+
+
 def test_printed_numbers_as_the_papers_print_them():
   t2 = paper_tables.get_table('fedfor', '2')
   assert t2.printed[('FedFOR', 'E=8', 't=100')] == (70.93, 0.94)
