@@ -21,7 +21,6 @@ A directory made with other settings is refused, never overwritten.
 """
 
 import ast
-import contextlib
 import datetime
 import json
 import os
@@ -33,9 +32,10 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
-from tff_opt.round import optimizers
+from tff_opt.program import flag_adapters
 from tff_opt.program import registry
 from tff_opt.program import runtime
+from tff_opt.round import optimizers
 
 # Imported after absl so flag definitions below can list their choices.
 import tasks  # pylint: disable=g-bad-import-order
@@ -386,9 +386,7 @@ def resolve_hparams() -> dict:
   hparams['final_full_eval'] = (FLAGS.final_full_eval
                                 if FLAGS.final_full_eval is not None else
                                 default_full_eval)
-  for name in registry.ALGORITHMS[FLAGS.algorithm].hparams:
-    hparams[name] = FLAGS[name].value
-  for name in registry.ALGORITHMS[FLAGS.algorithm].optional_hparams:
+  for name in registry.ALGORITHMS[FLAGS.algorithm].flags:
     hparams[name] = FLAGS[name].value
   if FLAGS.fedbn:  # Recorded only when set: older run directories resume.
     hparams['fedbn'] = True
@@ -459,7 +457,7 @@ def run(hparams: dict) -> None:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import schedules  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
   from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
   resuming = prepare_output_dir(hparams)
@@ -490,63 +488,32 @@ def run(hparams: dict) -> None:
     raise UsageError(
         f"--clients_per_round={hparams['clients_per_round']} is larger than "
         f"the {len(client_ids)} training clients of task {hparams['task']}.")
-  if FLAGS.personalize:
-    _check_personalization(hparams, task)
+  num_test = len(task.datasets.test_data.client_ids)
+  if FLAGS.personalize and (FLAGS.personalize_clients or 0) > num_test:
+    raise UsageError(
+        f'--personalize_clients={FLAGS.personalize_clients} is larger than '
+        f"the {num_test} held-out clients of task {hparams['task']}.")
 
-  with _flag_errors(hparams, learning_rate='server_lr', tau='server_tau',
-                    beta_1='server_beta_1', beta_2='server_beta_2',
-                    momentum='server_momentum'):
-    server_optimizer = optimizers.build_server_optimizer(
-        hparams['server_opt'],
-        learning_rate=hparams['server_lr'],
-        tau=hparams['server_tau'],
-        beta_1=hparams['server_beta_1'],
-        beta_2=hparams['server_beta_2'],
-        momentum=hparams['server_momentum'])
-  with _flag_errors(hparams, learning_rate='client_lr'):
-    client_optimizer = optimizers.build_client_optimizer(
-        hparams['client_opt'], learning_rate=hparams['client_lr'])
-  schedule = None
-  if hparams['client_lr_decay'] == 'staircase':
-    with _flag_errors(hparams, learning_rate='client_lr',
-                      decay_factor='client_lr_decay_factor',
-                      decay_every='client_lr_decay_every'):
-      schedule = schedules.staircase_decay(
-          hparams['client_lr'],
-          decay_factor=hparams['client_lr_decay_factor'],
-          decay_every=hparams['client_lr_decay_every'])
-  weighting = (tff.learning.ClientWeighting.NUM_EXAMPLES
-               if hparams['client_weighting'] == 'num_examples' else
-               tff.learning.ClientWeighting.UNIFORM)
-  algorithm_hparams = {
-      h: hparams[h]
-      for h in (registry.ALGORITHMS[hparams['algorithm']].hparams +
-                registry.ALGORITHMS[hparams['algorithm']].optional_hparams)
-  }
   try:
-    with _flag_errors(hparams, alpha=('feddyn_alpha'
-                                      if hparams['algorithm'] == 'feddyn'
-                                      else 'alpha')):
-      process = registry.build_process(
-          hparams['algorithm'],
-          task.model_fn,
-          client_optimizer_fn=client_optimizer,
-          server_optimizer_fn=server_optimizer,
-          client_weighting=weighting,
-          client_lr_schedule=schedule,
-          fedbn=hparams.get('fedbn', False),
-          num_clients=len(client_ids),
-          **algorithm_hparams)
-  except UsageError as e:
-    if str(e).startswith('FedBN'):
-      raise UsageError(f'--fedbn: task {hparams["task"]}: {e}') from e
-    raise
+    if FLAGS.personalize:
+      flag_adapters.check_flag('personalize', None, lambda _: (
+          personalization.check_classifier(task.model_fn)), about_model=True)
+    shared = flag_adapters.shared_arguments(hparams)
+    process = registry.build_process(
+        hparams['algorithm'], task.model_fn, **shared,
+        fedbn=hparams.get('fedbn', False), num_clients=len(client_ids),
+        **{h: hparams[h]
+           for h in registry.ALGORITHMS[hparams['algorithm']].flags})
+  except flag_adapters.FlagError as e:
+    raise UsageError(e.line(task=hparams['task'])) from e
+  except ValueError as e:
+    raise UsageError(str(e)) from e
   _check_workers_can_run(hparams, process)
 
   if not resuming:
     write_hparams(hparams, {
         'num_train_clients': len(client_ids),
-        'num_test_clients': len(task.datasets.test_data.client_ids),
+        'num_test_clients': num_test,
         'partition': tasks.describe_task_data(
             hparams['task'], data_dir=hparams['data_dir'],
             seed=hparams['seed'], **hparams['task_options']),
@@ -646,66 +613,27 @@ def run(hparams: dict) -> None:
         f'unreadable during the run ({reason}). The results in '
         f'{hparams["output_dir"]} are intact: restore the file and run the '
         'same command again to resume from the last checkpoint.') from e
+  final_weights = process.get_model_weights(result.state)
   if hparams.get('final_full_eval'):
-    _final_full_eval(hparams, task, evaluation,
-                     process.get_model_weights(result.state))
+    metrics = evaluation.final_full_eval(
+        task.model_fn, task.datasets.eval_preprocess_fn(
+            task.datasets.test_data.create_tf_dataset_from_all_clients()),
+        final_weights, output_dir=hparams['output_dir'],
+        rounds=hparams['rounds'])
+    print('final full evaluation: ' + evaluation.format_metrics(metrics),
+          flush=True)
   if FLAGS.personalize:
-    _personalize(hparams, client_optimizer,
-                 process.get_model_weights(result.state))
-
-
-FINAL_EVAL_FILE = 'final_eval.json'
-
-
-def _final_full_eval(hparams, task, evaluation, model_weights) -> None:
-  """Evaluates on the whole test set; writes `final_eval.json`."""
-  full_data = task.datasets.eval_preprocess_fn(
-      task.datasets.test_data.create_tf_dataset_from_all_clients())
-  metrics = evaluation.build_evaluator(task.model_fn, full_data)(model_weights)
-  path = os.path.join(hparams['output_dir'], FINAL_EVAL_FILE)
-  with open(path + '.tmp', 'w') as f:
-    json.dump({'rounds': hparams['rounds'], **metrics}, f, indent=2,
-              sort_keys=True)
-  os.replace(path + '.tmp', path)
-  print('final full evaluation: ' + '  '.join(
-      f'{k}={v:.4f}' for k, v in sorted(metrics.items())
-      if isinstance(v, float)), flush=True)
-
-
-PERSONALIZATION_FILE = 'personalization.json'
-
-
-def _check_personalization(hparams, task) -> None:
-  """Refuses, before training, a --personalize the task cannot run.
-
-  Raises:
-    UsageError: If --personalize_clients exceeds the held-out clients or the
-      task's model is not a classifier with one integer label per example.
-  """
-  from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
-  num_test = len(task.datasets.test_data.client_ids)
-  if (FLAGS.personalize_clients is not None and
-      FLAGS.personalize_clients > num_test):
-    raise UsageError(
-        f'--personalize_clients={FLAGS.personalize_clients} is larger than '
-        f"the {num_test} held-out clients of task {hparams['task']}.")
-  try:
-    personalization.check_classifier(task.model_fn)
-  except ValueError as e:
-    raise UsageError(f"--personalize: task {hparams['task']}: {e}") from e
+    _personalize(hparams, shared['client_optimizer_fn'], final_weights)
 
 
 def _personalize(hparams, client_optimizer, model_weights) -> None:
   """Classifier calibration on the held-out clients; personalization.json.
 
   Each held-out client (all, or a --seed-ed sample of
-  --personalize_clients) splits its examples per class into its own train
-  and test splits (tff_opt.program.personalization.build_client_inputs), fine-tunes
-  the last layer of the global model with the run's client optimizer and
-  batch size for --personalize_epochs, and reports accuracy and loss on its
-  test split before and after.
+  --personalize_clients) fine-tunes the last layer of the global model on
+  its own train split with the run's client optimizer and batch size
+  (tff_opt.program.personalization.calibrate_clients).
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
@@ -721,73 +649,32 @@ def _personalize(hparams, client_optimizer, model_weights) -> None:
       seed=hparams['seed'],
       **hparams['task_options'])
   test_data = task.datasets.test_data
-  client_ids = sorted(test_data.client_ids)
-  if FLAGS.personalize_clients is not None:
-    client_ids = sorted(np.random.default_rng(hparams['seed']).choice(
-        client_ids, FLAGS.personalize_clients, replace=False).tolist())
+  client_ids = personalization.choose_clients(
+      test_data.client_ids, FLAGS.personalize_clients, hparams['seed'])
   try:
-    inputs, skipped = personalization.build_client_inputs(
+    result = personalization.calibrate_clients(
+        task.model_fn, model_weights,
         [task.datasets.eval_preprocess_fn(
             test_data.create_tf_dataset_for_client(c)).unbatch()
-         for c in client_ids],
+         for c in client_ids], client_ids,
+        optimizer=client_optimizer, batch_size=hparams['client_batch_size'],
+        epochs=FLAGS.personalize_epochs,
         train_fraction=FLAGS.personalize_train_fraction,
-        seed=hparams['seed'])
+        mu=FLAGS.personalize_mu,
+        distill_lambda=FLAGS.personalize_distill_lambda, seed=hparams['seed'])
   except ValueError as e:
     raise UsageError(f'--personalize: {e}') from e
-  if not inputs:
-    raise UsageError('--personalize: no held-out client has examples for '
-                     'both its train and its test split.')
-  settings = {
-      'epochs': FLAGS.personalize_epochs,
-      'train_fraction': FLAGS.personalize_train_fraction,
-      'mu': FLAGS.personalize_mu,
-      'distill_lambda': FLAGS.personalize_distill_lambda,
-      'batch_size': hparams['client_batch_size'],
-      'client_opt': hparams['client_opt'],
-      'client_lr': hparams['client_lr'],
-  }
-  computation = personalization.build_personalization_eval(
-      task.model_fn, optimizer=client_optimizer,
-      batch_size=hparams['client_batch_size'], num_clients=len(inputs),
-      epochs=FLAGS.personalize_epochs, mu=FLAGS.personalize_mu,
-      distill_lambda=FLAGS.personalize_distill_lambda)
-  summary = personalization.report(
-      personalization.evaluate(computation, model_weights, inputs))
-  payload = {
-      'rounds': hparams['rounds'],
-      'settings': settings,
-      'clients': [c for i, c in enumerate(client_ids) if i not in skipped],
-      'skipped_clients': [client_ids[i] for i in skipped],
-      **summary,
-  }
-  path = os.path.join(hparams['output_dir'], PERSONALIZATION_FILE)
-  with open(path + '.tmp', 'w') as f:
-    json.dump(payload, f, indent=2, sort_keys=True)
-  os.replace(path + '.tmp', path)
-  before, after = summary['global']['accuracy'], summary['calibrated'][
-      'accuracy']
-  print(f"personalization: {before['num_clients']} clients, accuracy global "
-        f"mean={before['mean']:.4f} median={before['median']:.4f} -> "
-        f"calibrated mean={after['mean']:.4f} median={after['median']:.4f} "
-        f"(mean gain {summary['accuracy_gain']['mean']:+.4f})", flush=True)
-
-
-@contextlib.contextmanager
-def _flag_errors(hparams: dict, **flag_of_argument: str):
-  """Turns a builder's `ValueError` about an argument into a flag error.
-
-  The library's messages name their argument ("beta_1 must be in [0, 1),
-  got 1.5."); the user set a flag, so the flag and its value lead.
-  """
-  try:
-    yield
-  except ValueError as e:
-    message = str(e)
-    argument = message.split(' ', 1)[0]
-    if argument in flag_of_argument:
-      flag = flag_of_argument[argument]
-      message = f'--{flag}={hparams[flag]}: {message}'
-    raise UsageError(message) from e
+  personalization.write_report(
+      hparams['output_dir'], result, rounds=hparams['rounds'], settings={
+          'epochs': FLAGS.personalize_epochs,
+          'train_fraction': FLAGS.personalize_train_fraction,
+          'mu': FLAGS.personalize_mu,
+          'distill_lambda': FLAGS.personalize_distill_lambda,
+          'batch_size': hparams['client_batch_size'],
+          'client_opt': hparams['client_opt'],
+          'client_lr': hparams['client_lr'],
+      })
+  print(personalization.summary_line(result), flush=True)
 
 
 def _saved_extras(hparams: dict) -> dict:
@@ -849,12 +736,16 @@ def _set_execution_context(hparams: dict) -> None:
     UsageError: If a GPU flag is inconsistent, the root certificate cannot
       be read, or a worker does not answer.
   """
-  with _flag_errors(hparams, logical_gpus='logical_gpus'):
+  try:
     runtime.configure_gpus(
         memory_growth=hparams['gpu_memory_growth'],
         logical_gpus=hparams['logical_gpus'],
         logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb,
         log=lambda line: print(line, flush=True))
+  except ValueError as e:
+    # The one refusal the flags' bounds let through: --logical_gpus with
+    # --gpu_memory_growth.
+    raise UsageError(f'--logical_gpus={hparams["logical_gpus"]}: {e}') from e
   if not hparams['workers']:
     runtime.set_local_execution_context(
         hparams['max_concurrent_clients'],

@@ -344,6 +344,82 @@ def test_calibration_beats_the_global_model_on_skewed_digits():
   assert summary['accuracy_gain']['median'] > 0
 
 
+# --- After training: choose, calibrate, report (what the binary calls) -------
+
+
+def test_choose_clients_all_sorted_or_a_seeded_sample():
+  ids = ['c', 'a', 'e', 'b', 'd']
+  assert personalization.choose_clients(ids, None, seed=0) == [
+      'a', 'b', 'c', 'd', 'e']
+  sample = personalization.choose_clients(ids, 3, seed=4)
+  assert sample == sorted(sample) and len(set(sample)) == 3
+  assert set(sample) <= set(ids)
+  assert personalization.choose_clients(ids, 3, seed=4) == sample
+  assert {tuple(personalization.choose_clients(ids, 3, seed=s))
+          for s in range(10)} != {tuple(sample)}  # The seed matters.
+
+
+def test_choose_clients_refuses_more_than_there_are():
+  with pytest.raises(ValueError, match=r'^num_clients=6 is larger than the 5 '
+                     r'held-out clients\.$'):
+    personalization.choose_clients(['a', 'b', 'c', 'd', 'e'], 6, seed=0)
+
+
+def test_calibrate_clients_equals_numpy_and_skips_empty_splits(tiny_weights):
+  clients = tiny.make_clients(3, seed=4, sizes=SIZES)
+  datasets = [tf.data.Dataset.from_tensor_slices(c) for c in clients]
+  # A client with one example has no test split: skipped, reported by id.
+  datasets.insert(1, datasets[0].take(1))
+  result = personalization.calibrate_clients(
+      tiny.model_fn, tiny_weights, datasets, ['a', 'one', 'b', 'c'],
+      optimizer=tff.learning.optimizers.build_sgdm(LR), batch_size=100,
+      epochs=EPOCHS, seed=2)
+  assert result['clients'] == ['a', 'b', 'c']
+  assert result['skipped_clients'] == ['one']
+  inputs, _ = personalization.build_client_inputs(datasets, seed=2)
+  want = []
+  for client in inputs:
+    x_train, y_train = _arrays(client['train_data'])
+    x_test, y_test = _arrays(client['test_data'])
+    w = numpy_calibrate(tiny.initial_weights(), x_train, y_train, lr=LR,
+                        steps=EPOCHS)
+    want.append(numpy_metrics(w, x_test, y_test)[0])
+  assert sorted(c['calibrated_accuracy'] for c in result['per_client']) == (
+      pytest.approx(sorted(want), abs=1e-6))
+  assert result['calibrated']['accuracy']['mean'] == pytest.approx(
+      np.mean(want), abs=1e-6)
+
+
+def test_calibrate_clients_refuses_when_no_client_has_both_splits(
+    tiny_weights):
+  x = np.zeros((1, tiny.NUM_FEATURES), np.float32)
+  one_example = tf.data.Dataset.from_tensor_slices((x, np.array([0],
+                                                                np.int32)))
+  with pytest.raises(ValueError, match=r'^no held-out client has examples '
+                     r'for both its train and its test split\.$'):
+    personalization.calibrate_clients(
+        tiny.model_fn, tiny_weights, [one_example], ['a'],
+        optimizer=tff.learning.optimizers.build_sgdm(LR), batch_size=4)
+
+
+def test_write_report_and_summary_line(tmp_path):
+  accuracy = lambda mean, median: {'mean': mean, 'median': median,
+                                   'num_clients': 4}
+  result = {'global': {'accuracy': accuracy(0.25, 0.2)},
+            'calibrated': {'accuracy': accuracy(0.875, 0.9)},
+            'accuracy_gain': {'mean': 0.625}, 'clients': ['a']}
+  path = personalization.write_report(str(tmp_path), result, rounds=3,
+                                      settings={'epochs': 2})
+  assert path == str(tmp_path / personalization.PERSONALIZATION_FILE)
+  with open(path) as f:
+    assert json.load(f) == {'rounds': 3, 'settings': {'epochs': 2}, **result}
+  assert os.listdir(tmp_path) == [personalization.PERSONALIZATION_FILE]
+  assert personalization.summary_line(result) == (
+      'personalization: 4 clients, accuracy global mean=0.2500 '
+      'median=0.2000 -> calibrated mean=0.8750 median=0.9000 (mean gain '
+      '+0.6250)')
+
+
 # --- The binary ----------------------------------------------------------------
 
 FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',

@@ -19,6 +19,8 @@ the client's own test split; the paper reports the mean per-client accuracy
 of both. This module collects, per client, accuracy and loss before
 (`baseline_metrics`, the global model) and after (`calibrated`) calibration,
 and summarizes their distribution over clients (`summarize`).
+`calibrate_clients` does it all for a list of clients' datasets
+(`choose_clients` picks them), `write_report` writes `personalization.json`.
 
 The federated computation is TFF's own
 `tff.learning.algorithms.build_personalization_eval_computation`: it fits
@@ -68,6 +70,8 @@ Choices the paper leaves open (each written here, each tested):
 
 import collections
 from collections.abc import Callable, Sequence
+import json
+import os
 from typing import Any, Optional
 
 import numpy as np
@@ -521,3 +525,129 @@ def report(results: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
       'accuracy_gain': summarize(tuned['accuracy'] - base['accuracy']),
       'per_client': per_client,
   }
+
+
+# --- After training: the held-out clients, calibrated -------------------------
+
+PERSONALIZATION_FILE = 'personalization.json'
+
+
+def choose_clients(client_ids: Sequence[str], num_clients: Optional[int],
+                   seed: int) -> list[str]:
+  """The held-out clients to calibrate: all, or a seeded sample.
+
+  Args:
+    client_ids: The held-out (test) clients.
+    num_clients: How many to calibrate; `None` means all.
+    seed: Seeds the sample (`np.random.default_rng(seed)`).
+
+  Returns:
+    The chosen client ids, sorted.
+
+  Raises:
+    ValueError: If `num_clients` is not a positive integer or exceeds
+      `len(client_ids)`.
+  """
+  client_ids = sorted(client_ids)
+  if num_clients is None:
+    return client_ids
+  checks.check_int('num_clients', num_clients)
+  if num_clients > len(client_ids):
+    raise ValueError(f'num_clients={num_clients} is larger than the '
+                     f'{len(client_ids)} held-out clients.')
+  return sorted(np.random.default_rng(seed).choice(
+      client_ids, num_clients, replace=False).tolist())
+
+
+def calibrate_clients(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    model_weights: tff.learning.models.ModelWeights,
+    client_datasets: Sequence[tf.data.Dataset],
+    client_ids: Sequence[str],
+    *,
+    optimizer: tff.learning.optimizers.Optimizer,
+    batch_size: int,
+    epochs: int = DEFAULT_EPOCHS,
+    train_fraction: float = DEFAULT_TRAIN_FRACTION,
+    mu: float = 0.0,
+    distill_lambda: float = 0.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+  """Calibrates the global model on each client; before / after metrics.
+
+  Each client splits its examples per class into its own train and test
+  splits (`build_client_inputs`), fine-tunes the last layer of the global
+  model on its train split (`build_personalization_eval`) and is evaluated
+  on its test split with the global and the calibrated model (`report`).
+
+  Args:
+    model_fn: The task's no-arg model builder (predictions = class scores).
+    model_weights: The global model.
+    client_datasets: One dataset per client of unbatched examples, in the
+      order of `client_ids` (unshuffled: the splits are a function of
+      `seed`).
+    client_ids: The clients' ids, reported with the results.
+    optimizer: Optimizer of the fine-tuning steps.
+    batch_size: Fine-tuning batch size.
+    epochs: Fine-tuning epochs E.
+    train_fraction: Share of each class of a client in its train split.
+    mu: Proximal strength toward the global last layer, >= 0.
+    distill_lambda: FedADC+ distillation weight in [0, 1].
+    seed: Seeds each client's split (`build_client_inputs`).
+
+  Returns:
+    `report`'s summary plus `'clients'` (the ids calibrated) and
+    `'skipped_clients'` (those whose train or test split is empty).
+
+  Raises:
+    ValueError: If an argument is out of range, a label is not one integer
+      per example, or no client has examples for both splits.
+  """
+  inputs, skipped = build_client_inputs(
+      client_datasets, train_fraction=train_fraction, seed=seed)
+  if not inputs:
+    raise ValueError('no held-out client has examples for both its train '
+                     'and its test split.')
+  computation = build_personalization_eval(
+      model_fn, optimizer=optimizer, batch_size=batch_size,
+      num_clients=len(inputs), epochs=epochs, mu=mu,
+      distill_lambda=distill_lambda)
+  summary = report(evaluate(computation, model_weights, inputs))
+  return {
+      'clients': [c for i, c in enumerate(client_ids) if i not in skipped],
+      'skipped_clients': [client_ids[i] for i in skipped],
+      **summary,
+  }
+
+
+def write_report(output_dir: str, result: dict[str, Any], **extra: Any
+                 ) -> str:
+  """Writes `{**extra, **result}` to `output_dir/PERSONALIZATION_FILE`.
+
+  Args:
+    output_dir: The run's directory.
+    result: `calibrate_clients`' result.
+    **extra: What else to record (the binary: `rounds`, `settings`).
+
+  Returns:
+    The file's path; the file is replaced atomically.
+
+  Raises:
+    OSError: If the file cannot be written.
+  """
+  path = os.path.join(output_dir, PERSONALIZATION_FILE)
+  with open(path + '.tmp', 'w') as f:
+    json.dump({**extra, **result}, f, indent=2, sort_keys=True)
+  os.replace(path + '.tmp', path)
+  return path
+
+
+def summary_line(result: dict[str, Any]) -> str:
+  """One line: mean and median accuracy, global -> calibrated, mean gain."""
+  before, after = result['global']['accuracy'], result['calibrated'][
+      'accuracy']
+  return (f"personalization: {before['num_clients']} clients, accuracy "
+          f"global mean={before['mean']:.4f} median={before['median']:.4f} "
+          f"-> calibrated mean={after['mean']:.4f} "
+          f"median={after['median']:.4f} (mean gain "
+          f"{result['accuracy_gain']['mean']:+.4f})")

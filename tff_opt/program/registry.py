@@ -12,21 +12,18 @@ Every entry builds a `LearningProcess` from the task's `model_fn` and the
 settings every algorithm shares (client and server optimizers, client
 weighting, client learning-rate schedule), plus the hyper-parameters named in
 its `hparams` (each one a flag of `binaries.train`, e.g. `mu` for FedProx).
+Its `build` is the algorithm's flag adapter in `flag_adapters` (flag values ->
+the `tff_opt.algorithms.build_*` arguments, each flag checked there).
 """
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any, Optional
 
 import tensorflow_federated as tff
 
-from tff_opt import algorithms
-from tff_opt.algorithms import fed_adc
 from tff_opt.algorithms import fed_bn
-from tff_opt.algorithms import fed_curv
-from tff_opt.algorithms import fed_dyn
-from tff_opt.algorithms import slowmo
+from tff_opt.program import flag_adapters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +34,8 @@ class Algorithm:
     name: The `--algorithm` value.
     summary: One line for `--helpfull` and logs.
     build: `(model_fn, *, client_optimizer_fn, server_optimizer_fn,
-      client_weighting, client_lr_schedule, **hparams) -> LearningProcess`.
+      client_weighting, client_lr_schedule, **hparams) -> LearningProcess`,
+      the algorithm's adapter in `flag_adapters`.
     hparams: Names of the algorithm-specific hyper-parameters `build` takes.
     optional_hparams: Names `build` also takes, passed even when `None`
       (their flag's `None` means the algorithm's own default).
@@ -62,16 +60,13 @@ class Algorithm:
   client_weighting: str = 'num_examples'
   server_rule: str = 'optimizer'
 
+  @property
+  def flags(self) -> tuple[str, ...]:
+    """Every flag of its own that `build` reads: `hparams` + optional."""
+    return self.hparams + self.optional_hparams
+
 
 SERVER_RULES = ('optimizer', 'sgd', 'own')
-
-
-def _build_fed_for_from_flags(model_fn, *, alpha, fedfor_grad_at_zero=None,
-                              **kwargs):
-  """`build_fed_for` under the binary's flags ('0'/'1' for U'(0))."""
-  grad_at_zero = 0 if fedfor_grad_at_zero is None else int(fedfor_grad_at_zero)
-  return algorithms.build_fed_for(model_fn, alpha=alpha,
-                                  grad_at_zero=grad_at_zero, **kwargs)
 
 
 ALGORITHMS: dict[str, Algorithm] = {
@@ -81,14 +76,14 @@ ALGORITHMS: dict[str, Algorithm] = {
             summary=('FedOpt (Reddi et al.): client SGD, server optimizer '
                      'from --server_opt (sgd = FedAvg, sgdm = FedAvgM, '
                      'adagrad/adam/yogi = FedAdagrad/FedAdam/FedYogi)'),
-            build=algorithms.build_fed_opt),
+            build=flag_adapters.fed_opt),
         Algorithm(
             name='fedadc',
             summary=('FedADC (Ozfatura et al. Algorithm 3; Algorithm 4 with '
                      '--local_momentum > 0): global momentum embedded in '
                      'local SGD steps, server momentum rule with alpha = 1 '
                      '(--server_opt/--server_lr unused)'),
-            build=fed_adc.build_fed_adc_from_flags,
+            build=flag_adapters.fed_adc,
             server_rule='own',
             client_weighting='uniform',
             hparams=('beta', 'fedadc_variant', 'local_momentum'),
@@ -97,7 +92,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             name='fedadc_plus',
             summary=('FedADC+: FedADC with self-confidence distillation '
                      '(--distill_lambda, --distill_temperature)'),
-            build=fed_adc.build_fed_adc_plus_from_flags,
+            build=flag_adapters.fed_adc_plus,
             server_rule='own',
             client_weighting='uniform',
             hparams=('beta', 'fedadc_variant', 'local_momentum',
@@ -108,7 +103,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             summary=('SlowMo / FedAvgM (FedADC paper Algorithm 2): local SGD, '
                      'server momentum --beta in units of Delta / eta, '
                      'alpha = 1 (--server_opt/--server_lr unused)'),
-            build=slowmo.build_slowmo_from_flags,
+            build=flag_adapters.slowmo,
             server_rule='own',
             client_weighting='uniform',
             hparams=('beta',)),
@@ -116,7 +111,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             name='fedprox',
             summary=('FedProx: local objective L_k + (mu/2)||w - w_t||^2 '
                      '(--mu), server optimizer from --server_opt'),
-            build=algorithms.build_fed_prox,
+            build=flag_adapters.fed_prox,
             hparams=('mu',)),
         Algorithm(
             name='fedfor',
@@ -124,7 +119,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      '(alpha/eta) sum U((w_{t-1} - w_t)(w - w_t)) '
                      '(--alpha; U\'(0) from --fedfor_grad_at_zero), server '
                      'optimizer from --server_opt'),
-            build=_build_fed_for_from_flags,
+            build=flag_adapters.fed_for,
             client_weighting='uniform',
             hparams=('alpha',),
             optional_hparams=('fedfor_grad_at_zero',)),
@@ -134,7 +129,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'lam (w^T diag(u) w - 2 w^T v) (--lam), Eq. 3 (the '
                      'client\'s own term subtracted) per --fedcurv_exact, '
                      'server optimizer from --server_opt'),
-            build=fed_curv.build_fed_curv_from_flags,
+            build=flag_adapters.fed_curv,
             client_weighting='uniform',
             hparams=('lam',),
             optional_hparams=('fedcurv_exact',),
@@ -146,7 +141,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'state g_k kept by the training loop, server correction '
                      'h (--feddyn_alpha); the paper\'s server step is '
                      '--server_opt=sgd --server_lr=1'),
-            build=fed_dyn.build_fed_dyn_from_flags,
+            build=flag_adapters.fed_dyn,
             server_rule='sgd',
             client_weighting='uniform',
             hparams=('feddyn_alpha',),
@@ -158,7 +153,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'training loop, c <- c + (1/N) sum_S Delta c_i with N '
                      'the task\'s training clients; server optimizer from '
                      '--server_opt'),
-            build=algorithms.build_scaffold,
+            build=flag_adapters.scaffold,
             needs_num_clients=True),
         Algorithm(
             name='fedptr_s',
@@ -169,7 +164,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      '--projection_steps, --layer_adaptive, --update_every, '
                      '--mtt_init_lr, --mtt_image_lr, --mtt_lr_lr, '
                      '--mtt_momentum)'),
-            build=algorithms.build_fed_ptr,
+            build=flag_adapters.fed_ptr,
             hparams=('mu', 'images_per_class', 'mtt_outer_steps',
                      'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
                      'update_every', 'mtt_init_lr', 'mtt_image_lr',
@@ -183,7 +178,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'synthetic set as client state and re-runs MTT every '
                      '--update_every of its participations (same flags as '
                      'fedptr_s)'),
-            build=functools.partial(algorithms.build_fed_ptr, side='client'),
+            build=flag_adapters.fed_ptr_client,
             hparams=('mu', 'images_per_class', 'mtt_outer_steps',
                      'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
                      'update_every', 'mtt_init_lr', 'mtt_image_lr',
@@ -204,8 +199,10 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   need it (`needs_num_clients`).
 
   Raises:
-    ValueError: If `name` is unknown (or has no FedBN variant), or a
-      hyper-parameter it needs is missing.
+    flag_adapters.FlagError: If the adapter refuses one flag's value.
+    ValueError: If `name` is unknown (or has no FedBN variant), a
+      hyper-parameter it needs is missing, or the builder refuses the
+      settings.
   """
   if name not in ALGORITHMS:
     raise ValueError(f'Unknown algorithm {name!r}; known algorithms: '
@@ -222,7 +219,7 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
     if name not in fed_bn.BASES:
       raise ValueError(f'--fedbn: algorithm {name!r} has no FedBN variant; '
                        f'FedBN runs on {", ".join(fed_bn.BASES)}.')
-    return fed_bn.build_fed_bn_from_flags(
+    return flag_adapters.fed_bn(
         name, model_fn,
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=server_optimizer_fn,
