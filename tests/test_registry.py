@@ -125,7 +125,7 @@ def test_feddyn_alpha_is_named_and_nothing_is_built(shared, record):
     registry.build_process('feddyn', tiny.model_fn, **shared,
                            feddyn_alpha=0.0, num_clients=5)
   assert str(error.value) == (
-      '--feddyn_alpha=0.0: alpha must be a positive number, got 0.0.')
+      '--feddyn_alpha=0.0: alpha must be positive, got 0.0.')
   assert build.calls == []
 
 

@@ -23,7 +23,7 @@ message:
   itself would refuse first; building an optimizer or a schedule costs
   nothing worth counting.
 - an algorithm's flags are checked by the library's check of that one
-  argument (`fed_dyn.check_alpha` for `--feddyn_alpha`), before the process
+  argument (`checks.check_positive('alpha', ...)` for `--feddyn_alpha`), before the process
   is built;
 - a check of the task's model against a flag (`--fedbn`: a model with batch
   norm) raises a `FlagError` marked `about_model`, which the binary reports
@@ -42,10 +42,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import algorithms
-from tff_opt.algorithms import _common
+from tff_opt import checks
 from tff_opt.algorithms import fed_bn as fed_bn_lib
 from tff_opt.algorithms import fed_curv as fed_curv_lib
-from tff_opt.algorithms import fed_dyn as fed_dyn_lib
 from tff_opt.round import optimizers
 from tff_opt.round import schedules
 
@@ -240,7 +239,7 @@ def fed_prox(model_fn, *, mu, **common):
 
 def _check_alpha(alpha) -> None:
   check_flag('alpha', alpha,
-             functools.partial(_common.check_non_negative, 'alpha'))
+             functools.partial(checks.check_non_negative, 'alpha'))
 
 
 def fed_for(model_fn, *, alpha, fedfor_grad_at_zero=None, **common):
@@ -267,7 +266,8 @@ def fed_curv(model_fn, *, lam, fedcurv_exact=None, num_clients=None,
 
 
 def _check_feddyn_alpha(feddyn_alpha) -> None:
-  check_flag('feddyn_alpha', feddyn_alpha, fed_dyn_lib.check_alpha)
+  check_flag('feddyn_alpha', feddyn_alpha,
+             functools.partial(checks.check_positive, 'alpha'))
 
 
 def fed_dyn(model_fn, *, feddyn_alpha, num_clients, **common):
