@@ -101,8 +101,10 @@ flags.DEFINE_enum('client_weighting', None,
                   '(Reddi et al. Algorithm 5) or uniformly. Default: the '
                   'algorithm\'s paper (uniform for fedadc, fedadc_plus, '
                   'slowmo, fedfor, fedcurv, feddyn; num_examples otherwise).')
-flags.DEFINE_integer('clients_per_round', None, 'Clients sampled per round. '
-                     'Default: the task\'s.', lower_bound=1)
+flags.DEFINE_integer('clients_per_round', None, 'Clients sampled per round; '
+                     '0: every training client of the task, every round '
+                     '(full participation; a partition\'s empty clients are '
+                     'not clients). Default: the task\'s.', lower_bound=0)
 flags.DEFINE_integer('client_epochs', None, 'Local epochs per round. '
                      'Default: the task\'s.', lower_bound=1)
 flags.DEFINE_integer('client_batch_size', None, 'Local batch size. Default: '
@@ -484,6 +486,7 @@ def run(hparams: dict) -> None:
     raise UsageError(f'--task={hparams["task"]}: {e}') from e
   train_data = task.datasets.train_data
   client_ids = sorted(train_data.client_ids)
+  per_round = hparams['clients_per_round'] or len(client_ids)
   if hparams['clients_per_round'] > len(client_ids):
     raise UsageError(
         f"--clients_per_round={hparams['clients_per_round']} is larger than "
@@ -580,14 +583,14 @@ def run(hparams: dict) -> None:
       hparams['algorithm']].server_rule == 'own' else hparams['server_opt'])
   print(f"tff-opt: task={hparams['task']} algorithm={hparams['algorithm']} "
         f"server_opt={server} rounds={hparams['rounds']} "
-        f"clients_per_round={hparams['clients_per_round']} "
+        f"clients_per_round={per_round} "
         f"output_dir={hparams['output_dir']}", flush=True)
   try:
     result = training_loop.run_training(
         process,
         client_ids=client_ids,
         client_dataset_fn=client_dataset,
-        clients_per_round=hparams['clients_per_round'],
+        clients_per_round=per_round,
         rounds=hparams['rounds'],
         seed=hparams['seed'],
         output_dir=hparams['output_dir'],

@@ -117,6 +117,41 @@ def test_layer_adaptive_mu_on_two_layers():
                      layer_groups=(0, 0, 1))
 
 
+def test_layer_adaptive_mu_is_capped_at_one_over_the_learning_rate():
+  """A layer the projection barely moves gets mu_l = 1/eta, not mu/d_l.
+
+  Layer 1 moves by d = 1e-4 (mu/d = 1000 > 1/eta = 20: capped); layer 2 by
+  d = 5 (mu/d = 0.02: as is). With the cap, one SGD step on the penalty
+  alone lands layer 1 exactly on w~ instead of overshooting it 50-fold.
+  """
+  current = [np.float32([1.0, 1.0]), np.float32([0.0, 0.0])]
+  projected = [np.float32([1.0, 1.0001]), np.float32([3.0, 4.0])]
+  eta = 0.05
+  mus = fed_ptr.layer_mu(projected, current, mu=0.1, layer_adaptive=True,
+                         layer_groups=(0, 1), max_mu=1.0 / eta)
+  np.testing.assert_allclose([float(m) for m in mus], [20.0, 0.02],
+                             rtol=1e-6)
+  uncapped = fed_ptr.layer_mu(projected, current, mu=0.1,
+                              layer_adaptive=True, layer_groups=(0, 1))
+  assert float(uncapped[0]) == pytest.approx(0.1 / 1e-4, rel=1e-2)
+  constant = fed_ptr.layer_mu(projected, current, mu=100.0,
+                              layer_adaptive=False, layer_groups=(0, 1),
+                              max_mu=1.0 / eta)
+  assert [float(m) for m in constant] == pytest.approx([100.0, 100.0])
+  weights = [tf.Variable([0.0, 0.0]), tf.Variable([1.0, 1.0])]
+  broadcast = {
+      'model_weights': tff.learning.models.ModelWeights(current, []),
+      'projected_model_weights': projected,
+  }
+  with tf.GradientTape() as tape:
+    value = fed_ptr.projected_proximal(weights, broadcast, learning_rate=eta,
+                                       mu=0.1, layer_adaptive=True,
+                                       layer_groups=(0, 1))
+  grads = tape.gradient(value, weights)
+  stepped = weights[0].numpy() - eta * grads[0].numpy()
+  np.testing.assert_allclose(stepped, projected[0], rtol=1e-6)
+
+
 def _conv_dense_keras_model():
   """Conv2D (with bias) -> Flatten -> Dense (with bias): two layers."""
   return tf.keras.Sequential([

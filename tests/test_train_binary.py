@@ -130,6 +130,33 @@ def test_clients_per_round_larger_than_population(tmp_path, capsys):
       'clients of task digits.\n')
 
 
+def test_clients_per_round_zero_is_every_training_client(tmp_path, capfd):
+  """--clients_per_round=0: full participation over the task's clients.
+
+  A per-class Dirichlet partition of 10 digits clients at alpha 0.04 leaves
+  a client empty under seed 1 (the task leaves it out); 0 then samples the
+  9 others every round, where --clients_per_round=10 is refused.
+  """
+  flags = ('--task=digits', '--task_option=partition=dirichlet_class',
+           '--task_option=alpha=0.04', '--task_option=num_clients=10',
+           '--seed=1', '--rounds=1', '--eval_every=1', '--client_epochs=1')
+  # capfd: the TFF worker started here needs real file descriptors.
+  output_dir = str(tmp_path / 'all')
+  assert _run(*flags, '--clients_per_round=0',
+              f'--output_dir={output_dir}') == 0
+  out = capfd.readouterr().out
+  assert ' clients_per_round=9 ' in out
+  with open(os.path.join(output_dir, 'hparams.json')) as f:
+    assert json.load(f)['clients_per_round'] == 0
+  rows = _rows(output_dir)
+  assert len(rows) == 1
+  assert _run(*flags, '--clients_per_round=10',
+              f'--output_dir={tmp_path / "ten"}') == 2
+  assert capfd.readouterr().err == (
+      'train: error: --clients_per_round=10 is larger than the 9 training '
+      'clients of task digits.\n')
+
+
 @pytest.mark.parametrize('argv, message', [
     (['--task=nope'], 'flag --task=nope: value should be one of <' +
      '|'.join(tasks.TASK_NAMES) + '>'),

@@ -65,10 +65,17 @@ time (the Keras layer owning each trainable variable; for a model that is
 not a TFF-wrapped Keras model, the variables' name scopes), and the
 penalty gets it as one group index per trainable variable. d_l = 0 (the
 first round, or P = 0: w~_{t+1} = w_t) gives mu, so such a round is
-FedProx toward w_t. A consequence, not guarded: plain local SGD on the
-penalty is stable only while eta * mu_l < 2, so a layer the projection
-barely moves (d_l < eta * mu / 2) makes that client diverge, and the
-client work then drops it (`non_finite_clients`). The clients compute mu_l
+FedProx toward w_t. A consequence: plain local SGD on the penalty is
+stable only while eta * mu_l < 2, so a layer the projection barely moves
+(d_l < eta * mu / 2) would make its clients diverge. This happened in our
+FedPTR-S claim run (results/claims/fedptr/uncapped_mu/: MNIST-5k, mu 0.1,
+eta 0.05; 88% at round 27, then a finite but huge update at round 34 and
+10% from round 36 on). So mu_l is capped at 1 / eta (this round's client
+learning rate): a penalty step then moves a weight at most onto
+w~_{t+1}, never past it. The cap is ours, not the paper's; it changes
+nothing while mu / d_l <= 1 / eta (d_l >= eta * mu: 0.005 for the claim's
+setting), and a constant mu (`layer_adaptive=False`) is not capped, as
+FedProx's is not. The clients compute mu_l
 from what they receive; nothing else is broadcast. `layer_adaptive=False`
 uses mu for every layer.
 
@@ -275,7 +282,7 @@ def trainable_layer_groups(
 
 
 def layer_mu(projected, current, *, mu, layer_adaptive: bool,
-             layer_groups):
+             layer_groups, max_mu=None):
   """Each variable's mu_l: its layer's mu / d_l (see the module docstring).
 
   Args:
@@ -285,6 +292,8 @@ def layer_mu(projected, current, *, mu, layer_adaptive: bool,
     layer_adaptive: If False every mu_l is mu.
     layer_groups: One layer index per tensor (`trainable_layer_groups`);
       d_l is the norm of w~_{t+1} - w_t over all tensors of layer l.
+    max_mu: Optional cap on a layer-adaptive mu_l (the penalty passes
+      1 / eta; see the module docstring); `None` leaves mu / d_l as is.
 
   Returns:
     A list of scalar float32 tensors, one per tensor (equal within a layer).
@@ -309,6 +318,9 @@ def layer_mu(projected, current, *, mu, layer_adaptive: bool,
         [sq for sq, g in zip(squares, layer_groups) if g == group]))
     layer_mus[group] = tf.where(norm > 0.0, base / tf.maximum(norm, 1e-30),
                                 base)
+    if max_mu is not None:
+      layer_mus[group] = tf.minimum(layer_mus[group],
+                                    tf.cast(max_mu, tf.float32))
   return [layer_mus[g] for g in layer_groups]
 
 
@@ -320,7 +332,8 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
     weights: The trainable variables, in model order.
     broadcast: A mapping with `model_weights` (w_t) and
       `projected_model_weights` (w~_{t+1}, a list of tensors).
-    learning_rate: Unused.
+    learning_rate: This round's client learning rate eta; a layer-adaptive
+      mu_l is capped at 1 / eta (see the module docstring).
     mu: The base strength, >= 0.
     layer_adaptive: Whether mu_l is layer-adaptive (see `layer_mu`).
     layer_groups: One layer index per trainable variable
@@ -329,11 +342,11 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
   Returns:
     A scalar tensor.
   """
-  del learning_rate
   projected = list(broadcast[PROJECTED_MODEL_KEY])
   current = client_work_lib.model_weights_of(broadcast).trainable
   mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive,
-                 layer_groups=layer_groups)
+                 layer_groups=layer_groups,
+                 max_mu=1.0 / tf.cast(learning_rate, tf.float32))
   return tf.add_n([
       0.5 * m * tf.reduce_sum(tf.square(w - p))
       for w, p, m in zip(weights, projected, mus)
