@@ -232,15 +232,6 @@ def test_bad_hyper_parameters_name_the_argument(kwargs, message):
     algorithms.build_fed_adc(tiny.model_fn, **kwargs)
 
 
-def test_registry_adapter_needs_plain_sgd_clients():
-  with pytest.raises(ValueError, match=r'^--algorithm=fedadc takes its local '
-                     r'steps with plain SGD; use --client_opt=sgd.$'):
-    fed_adc.client_learning_rate_of(
-        tff.learning.optimizers.build_sgdm(0.1, momentum=0.9), 'fedadc')
-  assert fed_adc.client_learning_rate_of(
-      tff.learning.optimizers.build_sgdm(0.05), 'fedadc') == pytest.approx(0.05)
-
-
 # --- The training binary, two rounds on digits -------------------------------
 
 BINARY_FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',

@@ -214,6 +214,6 @@ def test_variable_model_without_keras_falls_back():
 def test_batch_size_must_be_positive():
   model = _wrap(_regularized_model(), (4,))
   _, _, dataset = _dataset((4,), 3, 2, seed=0)
-  with pytest.raises(ValueError, match='batch_size must be a positive '
-                     'integer; got 0.'):
+  with pytest.raises(ValueError, match=r'^batch_size must be a positive '
+                     r'integer, got 0\.$'):
     fed_curv.empirical_fisher_diagonal(model, dataset, batch_size=0)

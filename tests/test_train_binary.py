@@ -166,7 +166,7 @@ def test_clients_per_round_zero_is_every_training_client(tmp_path, capfd):
      '<sgd|sgdm|adagrad|adam|yogi|tff_adagrad|tff_adam|tff_yogi>'),
     (['--rounds=0'], 'flag --rounds=0: 0 is not a positive integer'),
     (['--clients_per_round=-3'], 'flag --clients_per_round=-3: -3 is not a '
-     'positive integer'),
+     'non-negative integer'),
     (['--server_lr=-1'], 'flag --server_lr=-1: -1.0 is not a non-negative '
      'number'),
 ])

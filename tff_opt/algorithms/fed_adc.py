@@ -59,7 +59,7 @@ Choices the paper leaves open (each tested):
 
 import functools
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -304,55 +304,3 @@ def build_fed_adc(
   return composers.compose_learning_process(initial_model_weights_fn,
                                             distributor, client_work,
                                             aggregator, finalizer)
-
-
-# --- Registry adapters (the training binary's flags) -------------------------
-
-
-def client_learning_rate_of(client_optimizer_fn: Any, algorithm: str) -> float:
-  """The learning rate of a plain-SGD client optimizer.
-
-  Raises:
-    ValueError: If the optimizer is not plain SGD (FedADC and SlowMo take
-      their local steps with SGD).
-  """
-  hparams = client_optimizer_fn.get_hparams(
-      client_optimizer_fn.initialize(tf.TensorSpec((), tf.float32)))
-  if list(hparams) != [client_work_lib.LEARNING_RATE_KEY]:
-    raise ValueError(f'--algorithm={algorithm} takes its local steps with '
-                     'plain SGD; use --client_opt=sgd.')
-  return float(hparams[client_work_lib.LEARNING_RATE_KEY])
-
-
-def _build_from_flags(model_fn, *, algorithm, client_optimizer_fn,
-                      server_optimizer_fn, client_weighting,
-                      client_lr_schedule, beta, beta_local=None,
-                      fedadc_variant='heavy_ball', local_momentum=None,
-                      distillation=False,
-                      distill_lambda=DEFAULT_DISTILL_LAMBDA,
-                      distill_temperature=DEFAULT_DISTILL_TEMPERATURE):
-  del server_optimizer_fn  # FedADC's server rule is its own (alpha = 1).
-  return build_fed_adc(
-      model_fn,
-      client_learning_rate=client_learning_rate_of(client_optimizer_fn,
-                                                   algorithm),
-      beta=beta,
-      beta_local=beta_local,
-      variant=fedadc_variant,
-      local_momentum=local_momentum or None,  # phi = 0 is Algorithm 3.
-      distillation=distillation,
-      distill_lambda=distill_lambda,
-      distill_temperature=distill_temperature,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule)
-
-
-def build_fed_adc_from_flags(model_fn, **kwargs):
-  """`registry` entry `fedadc`: alpha = 1, client SGD's learning rate."""
-  return _build_from_flags(model_fn, algorithm='fedadc', **kwargs)
-
-
-def build_fed_adc_plus_from_flags(model_fn, **kwargs):
-  """`registry` entry `fedadc_plus`: FedADC with distillation."""
-  return _build_from_flags(model_fn, algorithm='fedadc_plus',
-                           distillation=True, **kwargs)

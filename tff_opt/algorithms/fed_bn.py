@@ -411,17 +411,3 @@ def build_fed_bn(
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule)
-
-
-def build_fed_bn_from_flags(base: str, model_fn, *,
-                            feddyn_alpha: Optional[float] = None, **kwargs):
-  """`build_fed_bn` under the training binary's flag names.
-
-  `num_clients` reaches FedDyn only (FedCurv + FedBN is the stateless
-  variant, which does not need it).
-  """
-  if base != 'feddyn':
-    kwargs.pop('num_clients', None)
-  if feddyn_alpha is not None:
-    kwargs['alpha'] = feddyn_alpha
-  return build_fed_bn(base, model_fn, **kwargs)

@@ -274,17 +274,6 @@ def resolve_exact(exact: str, model_fn, num_clients: Optional[int]) -> bool:
   return exact_state_bytes(model_fn, num_clients) <= EXACT_STATE_BYTES
 
 
-def build_fed_curv_from_flags(model_fn, *, lam: float,
-                              fedcurv_exact: Optional[str] = None,
-                              num_clients: Optional[int] = None, **kwargs):
-  """`build_fed_curv` under the binary's flags; `fedcurv_exact` as above."""
-  return build_fed_curv(
-      model_fn, lam=lam,
-      cross_silo=resolve_exact(fedcurv_exact or 'auto', model_fn,
-                               num_clients),
-      **kwargs)
-
-
 def fed_curv_recipe(
     weights_type: tff.Type,
     *,

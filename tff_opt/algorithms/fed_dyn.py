@@ -215,10 +215,3 @@ def build_fed_dyn(
       server_optimizer_fn=server_optimizer_fn,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule)
-
-
-def build_fed_dyn_from_flags(model_fn, *, feddyn_alpha: float,
-                             num_clients: int, **kwargs):
-  """`build_fed_dyn` under the training binary's flag names."""
-  return build_fed_dyn(model_fn, alpha=feddyn_alpha, num_clients=num_clients,
-                       **kwargs)

@@ -67,17 +67,3 @@ def build_slowmo(
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule,
       model_aggregator=model_aggregator)
-
-
-def build_slowmo_from_flags(model_fn, *, client_optimizer_fn,
-                            server_optimizer_fn, client_weighting,
-                            client_lr_schedule, beta):
-  """`registry` entry `slowmo`: alpha = 1, client SGD's learning rate."""
-  del server_optimizer_fn  # SlowMo's server rule is its own (alpha = 1).
-  return build_slowmo(
-      model_fn,
-      client_learning_rate=fed_adc.client_learning_rate_of(
-          client_optimizer_fn, 'slowmo'),
-      beta=beta,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule)
