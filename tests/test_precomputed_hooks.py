@@ -149,9 +149,10 @@ def test_count_batches_with_and_without_known_cardinality(dataset, want):
 def _client_delta(penalty, broadcast, *, look_ahead=None, count_steps=False):
   """One client's delta through the shared loop (eagerly built, tiny model)."""
   update = client_work._build_client_update(  # pylint: disable=protected-access
-      tiny.model_fn, tff.learning.optimizers.build_sgdm(0.1), penalty,
-      tff.learning.ClientWeighting.NUM_EXAMPLES, count_steps=count_steps,
-      look_ahead=look_ahead)
+      tiny.model_fn, tff.learning.optimizers.build_sgdm(0.1),
+      client_work.LocalObjective(penalty=penalty, look_ahead=look_ahead,
+                                 count_steps=count_steps),
+      tff.learning.ClientWeighting.NUM_EXAMPLES)
   (x, y), = tiny.make_clients(num_clients=1, seed=3, sizes=(8,))
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
   result, _, _ = update({'learning_rate': tf.constant(0.1)}, broadcast,

@@ -816,32 +816,26 @@ def build_fed_ptr(
       base = recipe.penalized_fed_opt(
           weights_type, distributor_fn=distributors.with_previous_model,
           penalty=penalty, server_optimizer_fn=server_optimizer_fn,
-          model_aggregator=model_aggregator, prepare_fn=prepare)
+          model_aggregator=model_aggregator,
+          passes=client_work_lib.ClientPasses(
+              prepare_fn=prepare, report_fn=_report_next_state))
       return dataclasses.replace(
           base,
           work_broadcast_type=client_states.client_broadcast_type(
               base.work_broadcast_type, tff_types.type_of(first_state)),
-          report_fn=_report_next_state,
           initial_client_state=first_state,
           client_state_update=_client_state_update,
           to_server=_delta_only)
 
-    return recipe.assemble(
-        model_fn, client_recipe,
-        client_optimizer_fn=client_optimizer_fn,
-        server_optimizer_fn=server_optimizer_fn,
-        client_weighting=client_weighting,
-        client_lr_schedule=client_lr_schedule)
+    return recipe.assemble(model_fn, client_recipe, client_optimizer_fn,
+                           client_weighting, client_lr_schedule)
 
   def distributor_fn(weights_type):
     return _server_projection(model_fn, weights_type, **mtt_settings)
 
-  return recipe.build_penalized_fed_opt(
-      model_fn,
-      distributor_fn=distributor_fn,
-      penalty=penalty,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule,
-      model_aggregator=model_aggregator)
+  recipe_fn = functools.partial(recipe.penalized_fed_opt,
+                                distributor_fn=distributor_fn, penalty=penalty,
+                                server_optimizer_fn=server_optimizer_fn,
+                                model_aggregator=model_aggregator)
+  return recipe.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                         client_weighting, client_lr_schedule)
