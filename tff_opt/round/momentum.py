@@ -61,10 +61,13 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import finalizers
 
 MOMENTUM_KEY = 'momentum'
 ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY
 LEARNING_RATE_KEY = client_work_lib.LEARNING_RATE_KEY
+# `LocalEmaMomentum`'s hyper-parameter phi, under the name TFF's SGDM gives
+# its momentum hyper-parameter (an optimizer's, not the finalizer's state).
 LOCAL_MOMENTUM_KEY = 'momentum'
 STEP_KEY = 'step'
 ACCUMULATOR_KEY = 'accumulator'
@@ -282,7 +285,8 @@ def build_fedadc_finalizer(
     new_state, new_weights, non_finite = tff.federated_map(
         apply_rule, (state, weights, update))
     measurements = tff.federated_zip(
-        collections.OrderedDict(update_non_finite=non_finite))
+        collections.OrderedDict([(finalizers.UPDATE_NON_FINITE_KEY,
+                                  non_finite)]))
     return tff.templates.MeasuredProcessOutput(new_state, new_weights,
                                                measurements)
 

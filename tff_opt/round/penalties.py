@@ -303,6 +303,6 @@ def effective_client_control_variate(broadcast):
   state = broadcast[CLIENT_STATE_KEY]
   c = broadcast[CONTROL_VARIATE_KEY]
   return [
-      tf.where(state['initialized'], own, server)
+      tf.where(state[client_states.INITIALIZED_KEY], own, server)
       for own, server in zip(state[CONTROL_VARIATE_KEY], c)
   ]
