@@ -20,9 +20,9 @@ once per variant, with the hooks the algorithms pass:
                 client).
   fedadc_nag    FedADC Nesterov: the same plus the look-ahead shift
                 (`momentum.nesterov_look_ahead_hook`).
-  *_per_step    The same penalty as a plain hook, its constants recomputed
-                at every local step (how the client work ran it before
-                `client_work.PrecomputedHook`).
+  *_per_step    The same hooks wrapped as plain functions, their constants
+                recomputed at every local step (how the client work ran
+                them before `client_work.PrecomputedHook`).
 
 The variants take their timed calls in turns (after one warm-up call each),
 so a change in the machine's load falls on all of them alike. It prints,
@@ -76,28 +76,32 @@ def _parse_args(argv):
   return args
 
 
-def _hooks(variant):
-  """The client-work hooks the algorithm of `variant` passes."""
+def _every_step(hook):
+  """`hook` as a plain function: its constants recomputed at every step."""
+  return lambda weights, broadcast, **kwargs: hook(weights, broadcast,
+                                                   **kwargs)
+
+
+def _objective(variant):
+  """The client work's `LocalObjective` the algorithm of `variant` passes."""
+  from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
   from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
   from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
-  per_step = variant.endswith(PER_STEP)
+  wrap = _every_step if variant.endswith(PER_STEP) else (lambda hook: hook)
   variant = variant.removesuffix(PER_STEP)
   if variant == 'none':
-    return {}
+    return client_work.LocalObjective()
   if variant == 'proximal':
-    return dict(penalty=functools.partial(penalties.proximal, mu=0.01))
+    return client_work.LocalObjective(
+        penalty=functools.partial(penalties.proximal, mu=0.01))
   if variant == 'fedfor':
-    return dict(penalty=functools.partial(
-        penalties.first_order_positive, alpha=5.0) if per_step else
-                penalties.first_order_positive_hook(5.0))
-  hooks = dict(count_steps=True, penalty=functools.partial(
-      momentum.embedded_momentum_penalty, beta_local=0.9) if per_step else
-               momentum.embedded_momentum_hook(0.9))
-  if variant == 'fedadc_nag':
-    hooks['look_ahead'] = (functools.partial(
-        momentum.nesterov_look_ahead, beta_local=0.9) if per_step else
-                           momentum.nesterov_look_ahead_hook(0.9))
-  return hooks
+    return client_work.LocalObjective(
+        penalty=wrap(penalties.first_order_positive_hook(5.0)))
+  return client_work.LocalObjective(
+      penalty=wrap(momentum.embedded_momentum_hook(0.9)),
+      look_ahead=(wrap(momentum.nesterov_look_ahead_hook(0.9))
+                  if variant == 'fedadc_nag' else None),
+      count_steps=True)
 
 
 def _broadcast(variant, weights, rng):
@@ -155,10 +159,9 @@ def main(argv=None):
   rng = np.random.default_rng(0)
   calls = {}
   for variant in args.variants:
-    hooks = _hooks(variant)
     update = client_work._build_client_update(  # pylint: disable=protected-access
-        model_fn, optimizer, hooks.pop('penalty', None),
-        tff.learning.ClientWeighting.NUM_EXAMPLES, **hooks)
+        model_fn, optimizer, _objective(variant),
+        tff.learning.ClientWeighting.NUM_EXAMPLES)
     broadcast = _broadcast(variant, weights, rng)
     calls[variant] = functools.partial(update, hparams, broadcast, dataset)
     calls[variant]()  # Warm-up: traces the loop.

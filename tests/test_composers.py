@@ -48,7 +48,7 @@ def process():
   client_work = client_work_lib.build_local_training(
       tiny.model_fn,
       tff.learning.optimizers.build_sgdm(CLIENT_LR),
-      penalty=_momentum_penalty,
+      objective=client_work_lib.LocalObjective(penalty=_momentum_penalty),
       broadcast_type=distributor.next.type_signature.result.result.member)
   update_type = client_work.next.type_signature.result.result.member
   aggregator = tff.aggregators.MeanFactory().create(update_type.update,

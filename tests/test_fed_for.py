@@ -102,15 +102,15 @@ def test_penalty_value_and_gradient_closed_form():
       'has_previous': tf.constant(True),
   }
   with tf.GradientTape() as tape:
-    value = penalties.first_order_positive(weights, broadcast,
-                                           learning_rate=0.5, alpha=2.0)
+    value = penalties.first_order_positive_hook(2.0)(weights, broadcast,
+                                                     learning_rate=0.5)
   # Only coordinate 0 has d_i (w_i - w_t,i) > 0: 0.5 * 1 * (2 / 0.5) = 2.
   assert float(value) == pytest.approx(2.0)
   np.testing.assert_allclose(tape.gradient(value, weights)[0],
                              [4.0, 0.0, 0.0, 0.0])
   broadcast['has_previous'] = tf.constant(False)
-  assert float(penalties.first_order_positive(
-      weights, broadcast, learning_rate=0.5, alpha=2.0)) == 0.0
+  assert float(penalties.first_order_positive_hook(2.0)(
+      weights, broadcast, learning_rate=0.5)) == 0.0
 
 
 def test_rejects_negative_alpha():

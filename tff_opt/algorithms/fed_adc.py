@@ -57,6 +57,7 @@ Choices the paper leaves open (each tested):
   their target is the teacher's probability.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Optional
@@ -65,8 +66,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import composers
 from tff_opt.round import distributors
 from tff_opt.round import momentum as momentum_lib
 
@@ -156,7 +157,8 @@ def build_self_confidence_loss(distill_lambda: float, temperature: float
           teacher.predict_on_batch(x, training=False))
       target = tf.stop_gradient(self_confidence_target(
           tf.nn.softmax(teacher_logits / temperature),
-          tf.reshape(y, [-1]), confidences(context['client_stats'])))
+          tf.reshape(y, [-1]),
+          confidences(context[client_work_lib.CLIENT_STATS_KEY])))
       log_student = tf.nn.log_softmax(output.predictions / temperature)
       kl = tf.reduce_sum(tf.math.xlogy(target, target) - target * log_student,
                          axis=-1)
@@ -180,7 +182,96 @@ def _num_classes(model_fn) -> int:
     return int(predictions.shape[-1])
 
 
-# --- The builder -------------------------------------------------------------
+# --- The recipe and the builder -------------------------------------------
+
+
+def fed_adc_recipe(
+    *,
+    client_learning_rate: float,
+    beta: float,
+    alpha: float = 1.0,
+    beta_local: Optional[float] = None,
+    variant: str = 'heavy_ball',
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> recipe_lib.RecipeFn:
+  """FedADC's recipe (Algorithm 3; see the module docstring).
+
+  The finalizer is the momentum rule (`momentum.build_fedadc_finalizer`);
+  with beta_local > 0 the distributor broadcasts m_t with the model and the
+  clients embed it (`momentum.embedded_momentum_hook`, plus
+  `momentum.nesterov_look_ahead_hook` for the Nesterov variant), counting
+  their steps H first; with beta_local = 0 (SlowMo) the model alone is
+  broadcast. The client optimizer (SGD, or `LocalEmaMomentum` for
+  Algorithm 4) is `recipe.assemble`'s; FedADC+ is `with_distillation` of
+  this recipe. Arguments as for `build_fed_adc`.
+
+  Raises:
+    ValueError: If a hyper-parameter is out of range; the message names it.
+  """
+  checks.check_positive('client_learning_rate', client_learning_rate)
+  checks.check_unit_interval('beta', beta)
+  checks.check_positive('alpha', alpha)
+  if beta_local is None:
+    beta_local = beta
+  checks.check_unit_interval('beta_local', beta_local)
+  if variant not in VARIANTS:
+    raise ValueError(f'variant must be one of {", ".join(VARIANTS)}, got '
+                     f'{variant!r}.')
+  objective = client_work_lib.LocalObjective()
+  if beta_local > 0:
+    objective = client_work_lib.LocalObjective(
+        penalty=momentum_lib.embedded_momentum_hook(beta_local),
+        look_ahead=(momentum_lib.nesterov_look_ahead_hook(beta_local)
+                    if variant == 'nesterov' else None),
+        count_steps=True)
+
+  def recipe_fn(weights_type):
+    finalizer = momentum_lib.build_fedadc_finalizer(
+        weights_type, client_learning_rate=client_learning_rate,
+        beta_global=beta, beta_local=beta_local, alpha=alpha,
+        learning_rate_schedule=client_lr_schedule)
+    if beta_local > 0:
+      distributor = distributors.with_finalizer_state(
+          weights_type, finalizer.initialize.type_signature.result.member,
+          momentum_lib.momentum_extras)
+    else:
+      distributor = tff.learning.templates.build_broadcast_process(
+          weights_type)
+    return recipe_lib.Recipe(
+        work_broadcast_type=(
+            distributor.next.type_signature.result.result.member),
+        distributor_fn=lambda _: distributor,
+        aggregator_fn=(model_aggregator or
+                       tff.aggregators.MeanFactory()).create,
+        finalizer_fn=lambda _: finalizer,
+        objective=objective)
+
+  return recipe_fn
+
+
+def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
+                      temperature: float,
+                      num_classes: int) -> recipe_lib.RecipeFn:
+  """FedADC+: `base` with the self-confidence distillation loss.
+
+  The base recipe's local objective keeps its penalty and look-ahead; its
+  loss becomes `build_self_confidence_loss(distill_lambda, temperature)`,
+  with the client's label proportions (`label_proportions`) as its
+  statistics.
+  """
+
+  def distilled(weights_type):
+    recipe = base(weights_type)
+    return dataclasses.replace(recipe, objective=dataclasses.replace(
+        recipe.objective,
+        loss_fn_builder=build_self_confidence_loss(distill_lambda,
+                                                   temperature),
+        client_stats_fn=functools.partial(label_proportions,
+                                          num_classes=num_classes)))
+
+  return distilled
 
 
 def build_fed_adc(
@@ -230,77 +321,30 @@ def build_fed_adc(
   Raises:
     ValueError: If a hyper-parameter is out of range; the message names it.
   """
-  checks.check_positive('client_learning_rate', client_learning_rate)
-  checks.check_unit_interval('beta', beta)
-  checks.check_positive('alpha', alpha)
-  if beta_local is None:
-    beta_local = beta
-  checks.check_unit_interval('beta_local', beta_local)
-  if variant not in VARIANTS:
-    raise ValueError(f'variant must be one of {", ".join(VARIANTS)}, got '
-                     f'{variant!r}.')
-  if local_momentum is not None:
+  recipe_fn = fed_adc_recipe(
+      client_learning_rate=client_learning_rate, beta=beta, alpha=alpha,
+      beta_local=beta_local, variant=variant,
+      client_lr_schedule=client_lr_schedule,
+      model_aggregator=model_aggregator)
+  if local_momentum is None:
+    client_optimizer = tff.learning.optimizers.build_sgdm(
+        client_learning_rate, momentum=None)
+  else:
     checks.check_unit_interval('local_momentum', local_momentum)
     if variant != 'heavy_ball':
       raise ValueError('local_momentum (Algorithm 4, double momentum) takes '
                        "variant='heavy_ball', got variant="
                        f'{variant!r}.')
+    client_optimizer = momentum_lib.LocalEmaMomentum(
+        client_learning_rate, momentum=local_momentum)
   if distillation:
     if not 0 <= distill_lambda <= 1:
       raise ValueError(
           f'distill_lambda must be in [0, 1], got {distill_lambda!r}.')
     checks.check_positive('distill_temperature', distill_temperature)
+    recipe_fn = with_distillation(
+        recipe_fn, distill_lambda=distill_lambda,
+        temperature=distill_temperature, num_classes=_num_classes(model_fn))
+  return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer,
+                             client_weighting, client_lr_schedule)
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  weights_type = initial_model_weights_fn.type_signature.result
-  finalizer = momentum_lib.build_fedadc_finalizer(
-      weights_type,
-      client_learning_rate=client_learning_rate,
-      beta_global=beta,
-      beta_local=beta_local,
-      alpha=alpha,
-      learning_rate_schedule=client_lr_schedule)
-
-  if local_momentum is None:
-    client_optimizer = tff.learning.optimizers.build_sgdm(
-        client_learning_rate, momentum=None)
-  else:
-    client_optimizer = momentum_lib.LocalEmaMomentum(
-        client_learning_rate, momentum=local_momentum)
-
-  hooks = {}
-  if beta_local > 0:
-    distributor = distributors.with_finalizer_state(
-        weights_type, finalizer.initialize.type_signature.result.member,
-        momentum_lib.momentum_extras)
-    hooks.update(
-        broadcast_type=distributor.next.type_signature.result.result.member,
-        count_steps=True,
-        penalty=momentum_lib.embedded_momentum_hook(beta_local))
-    if variant == 'nesterov':
-      hooks['look_ahead'] = momentum_lib.nesterov_look_ahead_hook(beta_local)
-  else:
-    distributor = tff.learning.templates.build_broadcast_process(weights_type)
-  if distillation:
-    num_classes = _num_classes(model_fn)
-    hooks.update(
-        loss_fn_builder=build_self_confidence_loss(distill_lambda,
-                                                   distill_temperature),
-        client_stats_fn=functools.partial(label_proportions,
-                                          num_classes=num_classes))
-
-  client_work = client_work_lib.build_local_training(
-      model_fn,
-      client_optimizer,
-      client_weighting=client_weighting,
-      learning_rate_schedule=client_lr_schedule,
-      **hooks)
-  update_type = client_work.next.type_signature.result.result.member
-  aggregator = (model_aggregator or tff.aggregators.MeanFactory()).create(
-      update_type.update, update_type.update_weight)
-  return composers.compose_learning_process(initial_model_weights_fn,
-                                            distributor, client_work,
-                                            aggregator, finalizer)

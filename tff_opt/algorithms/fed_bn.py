@@ -57,20 +57,28 @@ Choices written down (and tested):
 - `bytes_client_to_server` counts the delta's BN entries, sent as zeros
   (they could be left out: an over-count by the BN parameters' bytes).
 - Bases: `fedopt`, `fedprox`, `fedfor`, `fedcurv` (its stateless variant;
-  `cross_silo` is not supported) and `feddyn`.
+  `cross_silo` is not supported) and `feddyn` (`BASES`).
+
+How: FedBN is a transformation of a recipe (`with_local_batch_norm`, any
+`recipe.Recipe`), not a re-encoding of each base. `BASES` maps a base's
+name to its public builder and its recipe function (e.g.
+`fed_prox.fed_prox_recipe`); `build_fed_bn` looks the base up, hands its
+hyper-parameters to that recipe function (which checks them: the names it
+requires are FedBN's, `hparam_names`), wraps the recipe and assembles it
+with `recipe.assemble`. A base's default client weighting is its
+builder's.
 """
 
 import collections
 import dataclasses
-import functools
+import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import fed_curv
 from tff_opt.algorithms import fed_dyn
@@ -80,12 +88,10 @@ from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import distributors
-from tff_opt.round import penalties
 
 BATCH_NORM_KEY = 'batch_norm'
 BASE_KEY = 'base'
-INITIALIZED_KEY = 'initialized'
+INITIALIZED_KEY = client_states.INITIALIZED_KEY
 TRAINABLE_KEY = 'trainable'
 NON_TRAINABLE_KEY = 'non_trainable'
 # The update entry with the client's final BN values (never sent).
@@ -257,10 +263,12 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
     return collections.OrderedDict(
         items + [(client_states.CLIENT_STATE_KEY, state[BASE_KEY])])
 
+  base_report_fn = base.passes.report_fn
+
   def report_fn(model, dataset, broadcast, **kwargs):
     extras = collections.OrderedDict()
-    if base.report_fn is not None:
-      extras.update(base.report_fn(model, dataset, broadcast, **kwargs))
+    if base_report_fn is not None:
+      extras.update(base_report_fn(model, dataset, broadcast, **kwargs))
     weights = tff.learning.models.ModelWeights.from_model(model)
     local = _bn_entries(
         tf.nest.map_structure(lambda v: v.read_value(), weights), variables)
@@ -294,7 +302,7 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
 
   return dataclasses.replace(
       base,
-      report_fn=report_fn,
+      passes=dataclasses.replace(base.passes, report_fn=report_fn),
       initial_client_state=initial_state,
       client_state_update=client_state_update,
       client_input_fn=client_input_fn,
@@ -304,52 +312,41 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
 # --- The base algorithms FedBN composes with ---------------------------------
 
 
+class Base(NamedTuple):
+  """A base algorithm: its public builder and its recipe function."""
+  builder: Callable[..., Any]
+  recipe: Callable[..., recipe_lib.RecipeFn]
+
+
+BASES = {
+    'fedopt': Base(fed_opt.build_fed_opt, fed_opt.fed_opt_recipe),
+    'fedprox': Base(fed_prox.build_fed_prox, fed_prox.fed_prox_recipe),
+    'fedfor': Base(fed_for.build_fed_for, fed_for.fed_for_recipe),
+    'fedcurv': Base(fed_curv.build_fed_curv, fed_curv.fed_curv_recipe),
+    'feddyn': Base(fed_dyn.build_fed_dyn, fed_dyn.fed_dyn_recipe),
+}
+
+
+def hparam_names(base: Base) -> tuple[str, ...]:
+  """The hyper-parameters FedBN passes to `base`: its recipe's required
+  keyword arguments but the server optimizer (optional ones, e.g. FedCurv's
+  `cross_silo`, keep their defaults)."""
+  return tuple(
+      p.name for p in inspect.signature(base.recipe).parameters.values()
+      if p.kind == p.KEYWORD_ONLY and p.default is p.empty and
+      p.name != 'server_optimizer_fn')
+
+
 def _base_recipe_fn(name, hparams, server_optimizer_fn):
-  """Validates the base's hyper-parameters; returns weights type -> recipe."""
-  expected = {'fedopt': (), 'fedprox': ('mu',), 'fedfor': ('alpha',),
-              'fedcurv': ('lam',), 'feddyn': ('alpha', 'num_clients')}[name]
+  """The base's recipe function; its recipe checks the values."""
+  expected = hparam_names(BASES[name])
   if sorted(hparams) != sorted(expected):
     raise ValueError(
         f'FedBN over {name} takes the hyper-parameters '
         f'{", ".join(expected) or "(none)"}; got '
         f'{", ".join(sorted(hparams)) or "(none)"}.')
-  if name == 'fedopt':
-    return functools.partial(
-        recipe_lib.penalized_fed_opt,
-        distributor_fn=tff.learning.templates.build_broadcast_process,
-        penalty=None, server_optimizer_fn=server_optimizer_fn)
-  if name == 'fedprox':
-    checks.check_non_negative('mu', hparams['mu'])
-    return functools.partial(
-        recipe_lib.penalized_fed_opt,
-        distributor_fn=tff.learning.templates.build_broadcast_process,
-        penalty=functools.partial(penalties.proximal, mu=hparams['mu']),
-        server_optimizer_fn=server_optimizer_fn)
-  if name == 'fedfor':
-    checks.check_non_negative('alpha', hparams['alpha'])
-    return functools.partial(
-        recipe_lib.penalized_fed_opt,
-        distributor_fn=distributors.with_previous_model,
-        penalty=penalties.first_order_positive_hook(hparams['alpha']),
-        server_optimizer_fn=server_optimizer_fn)
-  if name == 'fedcurv':
-    checks.check_non_negative('lam', hparams['lam'])
-    return functools.partial(fed_curv.fed_curv_recipe, lam=hparams['lam'],
-                             server_optimizer_fn=server_optimizer_fn)
-  checks.check_positive('alpha', hparams['alpha'])
-  fed_dyn.check_num_clients(hparams['num_clients'])
-  return functools.partial(fed_dyn.fed_dyn_recipe, alpha=hparams['alpha'],
-                           num_clients=hparams['num_clients'],
-                           server_optimizer_fn=server_optimizer_fn)
-
-
-BASES = {
-    'fedopt': fed_opt.build_fed_opt,
-    'fedprox': fed_prox.build_fed_prox,
-    'fedfor': fed_for.build_fed_for,
-    'fedcurv': fed_curv.build_fed_curv,
-    'feddyn': fed_dyn.build_fed_dyn,
-}
+  return BASES[name].recipe(server_optimizer_fn=server_optimizer_fn,
+                            **hparams)
 
 
 def build_fed_bn(
@@ -389,7 +386,7 @@ def build_fed_bn(
       layer.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  names = {builder: name for name, builder in BASES.items()}
+  names = {entry.builder: name for name, entry in BASES.items()}
   name = base if isinstance(base, str) else names.get(base)
   if name not in BASES:
     raise ValueError(f'FedBN does not support base {base!r}; supported: '
@@ -397,17 +394,13 @@ def build_fed_bn(
   base_recipe_fn = _base_recipe_fn(name, base_hparams, server_optimizer_fn)
   variables = find_batch_norm_variables(model_fn)
   if client_weighting is None:
-    client_weighting = (tff.learning.ClientWeighting.UNIFORM
-                        if name == 'feddyn' else
-                        tff.learning.ClientWeighting.NUM_EXAMPLES)
+    client_weighting = inspect.signature(BASES[name].builder).parameters[
+        'client_weighting'].default
 
   def recipe_fn(weights_type):
     return with_local_batch_norm(base_recipe_fn(weights_type), weights_type,
                                  variables)
 
-  return recipe_lib.assemble(
-      model_fn, recipe_fn,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule)
+  return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                             client_weighting, client_lr_schedule)
+

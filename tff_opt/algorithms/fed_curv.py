@@ -15,7 +15,7 @@ and broadcasts them with the next model; client s then minimises
 
     L_s(w) + lam (w^T diag(u) w - 2 w^T v)          (gradient 2 lam (u w - v))
 
-(`penalties.elastic`, with u's square root and v / sqrt(u) computed once
+(`penalties.elastic_hook`, with u's square root and v / sqrt(u) computed once
 per client; Eq. 3's constant term is not kept). Deltas are averaged
 and applied by the server optimizer as in FedAvg.
 
@@ -93,6 +93,7 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt import tff_types
+from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
@@ -237,16 +238,10 @@ def build_fed_curv(
     ValueError: If `lam` is negative or not a finite number.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  checks.check_non_negative('lam', lam)
-  return recipe_lib.assemble(
-      model_fn,
-      functools.partial(fed_curv_recipe, lam=lam,
-                        server_optimizer_fn=server_optimizer_fn,
-                        cross_silo=cross_silo),
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule)
+  recipe_fn = fed_curv_recipe(lam=lam, server_optimizer_fn=server_optimizer_fn,
+                              cross_silo=cross_silo)
+  return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                             client_weighting, client_lr_schedule)
 
 
 def exact_state_bytes(model_fn, num_clients: int) -> int:
@@ -275,20 +270,31 @@ def resolve_exact(exact: str, model_fn, num_clients: Optional[int]) -> bool:
 
 
 def fed_curv_recipe(
-    weights_type: tff.Type,
     *,
     lam: float,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     cross_silo: bool = False,
-) -> recipe_lib.Recipe:
-  """FedCurv's parts (see the module docstring), for `recipe.assemble`.
+) -> recipe_lib.RecipeFn:
+  """FedCurv's recipe (see the module docstring), for `recipe.assemble`.
 
   The finalizer keeps u = sum_j diag(F_j) and v = sum_j diag(F_j) * w_j
   (plain sums over the round's clients) next to the server optimizer's
   state, and the distributor broadcasts them with w_t; the clients report
   their delta plus F_k and F_k * w_k (`_fisher_report`), averaged (delta)
   and summed (the rest) by `aggregators.mean_delta_sum_rest`.
+
+  Raises:
+    ValueError: If `lam` is negative or not a finite number.
   """
+  checks.check_non_negative('lam', lam)
+  return functools.partial(_fed_curv_recipe, lam=lam,
+                           server_optimizer_fn=server_optimizer_fn,
+                           cross_silo=cross_silo)
+
+
+def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo):
+  """`fed_curv_recipe`'s parts for one model-weights type."""
+  _common.check_server_optimizer(server_optimizer_fn)
   zeros = tff_types.zeros_of(weights_type.trainable)
   vector_type = tff_types.type_of(zeros)
   broadcast_entries = [
@@ -337,11 +343,13 @@ def fed_curv_recipe(
       distributor_fn=distributor_fn,
       aggregator_fn=aggregators.mean_delta_sum_rest,
       finalizer_fn=finalizer_fn,
-      report_fn=_fisher_report)
+      passes=client_work_lib.ClientPasses(report_fn=_fisher_report))
   if not cross_silo:
     return recipe_lib.Recipe(
         work_broadcast_type=broadcast_type,
-        penalty=penalties.elastic_hook(lam), **parts)
+        objective=client_work_lib.LocalObjective(
+            penalty=penalties.elastic_hook(lam)),
+        **parts)
 
   initial_client_state = collections.OrderedDict([
       (FISHER_KEY, tff_types.zeros_of(vector_type)),
@@ -359,7 +367,8 @@ def fed_curv_recipe(
   return recipe_lib.Recipe(
       work_broadcast_type=client_states.client_broadcast_type(
           broadcast_type, tff_types.type_of(initial_client_state)),
-      penalty=penalties.elastic_hook(lam, adjust=excluding_own),
+      objective=client_work_lib.LocalObjective(
+          penalty=penalties.elastic_hook(lam, adjust=excluding_own)),
       initial_client_state=initial_client_state,
       client_state_update=client_state_update,
       **parts)

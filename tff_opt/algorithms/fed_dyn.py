@@ -61,6 +61,7 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt import tff_types
+from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
@@ -138,10 +139,24 @@ def dynamic_aggregator(update_type: tff.Type, weight_type: tff.Type, *,
   return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
-def fed_dyn_recipe(weights_type: tff.Type, *, alpha: float, num_clients: int,
+def fed_dyn_recipe(*, alpha: float, num_clients: int,
                    server_optimizer_fn: tff.learning.optimizers.Optimizer
-                   ) -> recipe_lib.Recipe:
-  """FedDyn's parts (`recipe.Recipe`), for `build_fed_dyn` and FedBN."""
+                   ) -> recipe_lib.RecipeFn:
+  """FedDyn's recipe (`recipe.Recipe`), for `build_fed_dyn` and FedBN.
+
+  Raises:
+    ValueError: If `alpha` is not > 0 or `num_clients` not >= 1.
+  """
+  checks.check_positive('alpha', alpha)
+  check_num_clients(num_clients)
+  return functools.partial(_fed_dyn_recipe, alpha=alpha,
+                           num_clients=num_clients,
+                           server_optimizer_fn=server_optimizer_fn)
+
+
+def _fed_dyn_recipe(weights_type, *, alpha, num_clients, server_optimizer_fn):
+  """`fed_dyn_recipe`'s parts for one model-weights type."""
+  _common.check_server_optimizer(server_optimizer_fn)
   gradient = tff_types.zeros_of(weights_type.trainable)
   initial_client_state = collections.OrderedDict([
       (penalties.LOCAL_GRADIENT_KEY, gradient)])
@@ -166,7 +181,8 @@ def fed_dyn_recipe(weights_type: tff.Type, *, alpha: float, num_clients: int,
       finalizer_fn=lambda _: (
           tff.learning.templates.build_apply_optimizer_finalizer(
               server_optimizer_fn, weights_type)),
-      penalty=functools.partial(penalties.dynamic, alpha=alpha),
+      objective=client_work_lib.LocalObjective(
+          penalty=functools.partial(penalties.dynamic, alpha=alpha)),
       initial_client_state=initial_client_state,
       client_state_update=client_state_update)
 
@@ -205,13 +221,8 @@ def build_fed_dyn(
     ValueError: If `alpha` is not > 0 or `num_clients` not >= 1.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  checks.check_positive('alpha', alpha)
-  check_num_clients(num_clients)
-  return recipe_lib.assemble(
-      model_fn,
-      functools.partial(fed_dyn_recipe, alpha=alpha, num_clients=num_clients,
-                        server_optimizer_fn=server_optimizer_fn),
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule)
+  recipe_fn = fed_dyn_recipe(alpha=alpha, num_clients=num_clients,
+                             server_optimizer_fn=server_optimizer_fn)
+  return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                             client_weighting, client_lr_schedule)
+

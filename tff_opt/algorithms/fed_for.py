@@ -8,7 +8,7 @@ round's client learning rate, client k minimises (Eq. 7 of the paper)
 
 whose gradient adds (alpha/eta) d_i on the coordinates where
 d_i (w_i - w_t,i) > 0 (moving back towards w_{t-1}) and 0 elsewhere
-(`penalties.first_order_positive`). Clients are averaged as in FedAvg and
+(`penalties.first_order_positive_hook`). Clients are averaged as in FedAvg and
 the server optimizer applies the mean delta. Nothing is kept per client.
 
 Choices the paper leaves open, written down and tested:
@@ -24,6 +24,7 @@ Choices the paper leaves open, written down and tested:
   (`penalties.first_order_positive_hook`), not at every step.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -34,6 +35,30 @@ from tff_opt import checks
 from tff_opt.algorithms import recipe
 from tff_opt.round import distributors
 from tff_opt.round import penalties
+
+
+def fed_for_recipe(
+    *,
+    alpha: float,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    grad_at_zero: int = 0,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> recipe.RecipeFn:
+  """FedFOR's recipe: `recipe.penalized_fed_opt` with the two-model
+  broadcast and `penalties.first_order_positive_hook`.
+
+  Raises:
+    ValueError: If `alpha` is negative or not a finite number, or
+      `grad_at_zero` is not 0 or 1.
+  """
+  checks.check_non_negative('alpha', alpha)
+  return functools.partial(
+      recipe.penalized_fed_opt,
+      distributor_fn=distributors.with_previous_model,
+      penalty=penalties.first_order_positive_hook(alpha, grad_at_zero),
+      server_optimizer_fn=server_optimizer_fn,
+      model_aggregator=model_aggregator)
 
 
 def build_fed_for(
@@ -74,13 +99,8 @@ def build_fed_for(
       `grad_at_zero` is not 0 or 1.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  checks.check_non_negative('alpha', alpha)
-  return recipe.build_penalized_fed_opt(
-      model_fn,
-      distributor_fn=distributors.with_previous_model,
-      penalty=penalties.first_order_positive_hook(alpha, grad_at_zero),
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule,
-      model_aggregator=model_aggregator)
+  recipe_fn = fed_for_recipe(
+      alpha=alpha, server_optimizer_fn=server_optimizer_fn,
+      grad_at_zero=grad_at_zero, model_aggregator=model_aggregator)
+  return recipe.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                         client_weighting, client_lr_schedule)

@@ -19,6 +19,7 @@ rejected by the finalizer: model and server-optimizer state stay as they
 were, and the finalizer reports `update_non_finite = 1`.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -26,6 +27,20 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.algorithms import recipe
+
+
+def fed_opt_recipe(
+    *,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> recipe.RecipeFn:
+  """FedOpt's recipe (`recipe.penalized_fed_opt` without a penalty)."""
+  return functools.partial(
+      recipe.penalized_fed_opt,
+      distributor_fn=tff.learning.templates.build_broadcast_process,
+      penalty=None, server_optimizer_fn=server_optimizer_fn,
+      model_aggregator=model_aggregator)
 
 
 def build_fed_opt(
@@ -62,12 +77,7 @@ def build_fed_opt(
   Raises:
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  return recipe.build_penalized_fed_opt(
-      model_fn,
-      distributor_fn=tff.learning.templates.build_broadcast_process,
-      penalty=None,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule,
-      model_aggregator=model_aggregator)
+  recipe_fn = fed_opt_recipe(server_optimizer_fn=server_optimizer_fn,
+                             model_aggregator=model_aggregator)
+  return recipe.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                         client_weighting, client_lr_schedule)

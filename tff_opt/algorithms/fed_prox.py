@@ -26,6 +26,27 @@ from tff_opt.algorithms import recipe
 from tff_opt.round import penalties
 
 
+def fed_prox_recipe(
+    *,
+    mu: float,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> recipe.RecipeFn:
+  """FedProx's recipe: `recipe.penalized_fed_opt` with `penalties.proximal`.
+
+  Raises:
+    ValueError: If `mu` is negative or not a finite number.
+  """
+  checks.check_non_negative('mu', mu)
+  return functools.partial(
+      recipe.penalized_fed_opt,
+      distributor_fn=tff.learning.templates.build_broadcast_process,
+      penalty=functools.partial(penalties.proximal, mu=mu),
+      server_optimizer_fn=server_optimizer_fn,
+      model_aggregator=model_aggregator)
+
+
 def build_fed_prox(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -59,13 +80,7 @@ def build_fed_prox(
     ValueError: If `mu` is negative or not a finite number.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  checks.check_non_negative('mu', mu)
-  return recipe.build_penalized_fed_opt(
-      model_fn,
-      distributor_fn=tff.learning.templates.build_broadcast_process,
-      penalty=functools.partial(penalties.proximal, mu=mu),
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule,
-      model_aggregator=model_aggregator)
+  recipe_fn = fed_prox_recipe(mu=mu, server_optimizer_fn=server_optimizer_fn,
+                              model_aggregator=model_aggregator)
+  return recipe.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                         client_weighting, client_lr_schedule)

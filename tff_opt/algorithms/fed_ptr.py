@@ -190,7 +190,7 @@ curve of Figure 2), unless `report_client_cosine=False`.
 import collections
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Optional, Union
 
 import numpy as np
@@ -207,9 +207,9 @@ from tff_opt.round import distributors
 from tff_opt.round import mtt
 
 PROJECTED_MODEL_KEY = 'projected_model_weights'
-PREVIOUS_MODEL_KEY = 'previous_model_weights'
+PREVIOUS_MODEL_KEY = distributors.PREVIOUS_MODEL_KEY
 PREVIOUS_PROJECTED_KEY = 'previous_projected_weights'
-HAS_PREVIOUS_KEY = 'has_previous'
+HAS_PREVIOUS_KEY = distributors.HAS_PREVIOUS_KEY
 HAS_PREVIOUS_PROJECTION_KEY = 'has_previous_projection'
 IMAGES_KEY = 'synthetic_images'
 SYNTHETIC_LR_KEY = 'synthetic_lr'
@@ -358,7 +358,7 @@ def _model_shapes(model_fn):
   with tf.Graph().as_default():
     model = model_fn()
     spec = model.input_spec
-    x_spec = spec['x'] if isinstance(spec, Mapping) else spec[0]
+    x_spec, _ = client_work_lib.features_and_labels(spec)
     weights = [tf.identity(v) for v in model.trainable_variables]
     x = tf.zeros([1] + x_spec.shape[1:].as_list(), x_spec.dtype)
     logits = mtt.forward_from_model_fn(model_fn)(weights, x)
@@ -380,9 +380,7 @@ def _guarded_distill(forward, previous, current, images, labels, lr, *,
       lr_lr=lr_lr, momentum=momentum)
   last_loss = tf.cast(last_loss, tf.float32)
   accepted = tf.logical_and(
-      tf.logical_and(tf.reduce_all(tf.math.is_finite(new_images)),
-                     tf.math.is_finite(last_loss)),
-      tf.logical_and(tf.math.is_finite(new_lr), new_lr > 0.0))
+      checks.all_finite((new_images, last_loss, new_lr)), new_lr > 0.0)
   return (tf.where(accepted, new_images, images),
           tf.where(accepted, new_lr, tf.cast(lr, new_lr.dtype)), last_loss,
           tf.cast(tf.logical_not(accepted), tf.int32))
@@ -396,8 +394,7 @@ def _guarded_projection(forward, current, images, labels, lr,
       lambda: mtt.train_steps(forward, current, images, labels, lr,
                               projection_steps),
       lambda: [tf.identity(c) for c in current])
-  finite = tf.reduce_all(
-      [tf.reduce_all(tf.math.is_finite(p)) for p in projected])
+  finite = checks.all_finite(projected)
   return [tf.where(finite, p, c) for p, c in zip(projected, current)], finite
 
 
@@ -513,12 +510,6 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
   return tff.learning.templates.DistributionProcess(init_fn, next_fn)
 
 
-def _inputs_and_labels(element):
-  if isinstance(element, Mapping):
-    return element['x'], element['y']
-  return element[0], element[1]
-
-
 def client_synthetic_images(dataset: tf.data.Dataset, *, num_classes: int,
                             images_per_class: int, input_shape,
                             dtype=tf.float32, seed: int = 0):
@@ -552,7 +543,7 @@ def client_synthetic_images(dataset: tf.data.Dataset, *, num_classes: int,
 
   def add(state, element):
     images, counts = state
-    x, y = _inputs_and_labels(element)
+    x, y = client_work_lib.features_and_labels(element)
     label = tf.reshape(tf.cast(y, tf.int32), [-1])[0]
     valid = tf.logical_and(label >= 0, label < num_classes)
     label = tf.where(valid, label, 0)
@@ -829,32 +820,26 @@ def build_fed_ptr(
       base = recipe.penalized_fed_opt(
           weights_type, distributor_fn=distributors.with_previous_model,
           penalty=penalty, server_optimizer_fn=server_optimizer_fn,
-          model_aggregator=model_aggregator, prepare_fn=prepare)
+          model_aggregator=model_aggregator,
+          passes=client_work_lib.ClientPasses(
+              prepare_fn=prepare, report_fn=_report_next_state))
       return dataclasses.replace(
           base,
           work_broadcast_type=client_states.client_broadcast_type(
               base.work_broadcast_type, tff_types.type_of(first_state)),
-          report_fn=_report_next_state,
           initial_client_state=first_state,
           client_state_update=_client_state_update,
           to_server=_delta_only)
 
-    return recipe.assemble(
-        model_fn, client_recipe,
-        client_optimizer_fn=client_optimizer_fn,
-        server_optimizer_fn=server_optimizer_fn,
-        client_weighting=client_weighting,
-        client_lr_schedule=client_lr_schedule)
+    return recipe.assemble(model_fn, client_recipe, client_optimizer_fn,
+                           client_weighting, client_lr_schedule)
 
   def distributor_fn(weights_type):
     return _server_projection(model_fn, weights_type, **mtt_settings)
 
-  return recipe.build_penalized_fed_opt(
-      model_fn,
-      distributor_fn=distributor_fn,
-      penalty=penalty,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule,
-      model_aggregator=model_aggregator)
+  recipe_fn = functools.partial(recipe.penalized_fed_opt,
+                                distributor_fn=distributor_fn, penalty=penalty,
+                                server_optimizer_fn=server_optimizer_fn,
+                                model_aggregator=model_aggregator)
+  return recipe.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                         client_weighting, client_lr_schedule)

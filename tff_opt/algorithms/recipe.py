@@ -4,14 +4,24 @@ An algorithm is four parts (distributor, client work, aggregator,
 finalizer). Written as a `Recipe` -- what its parts are, before they are
 built -- another algorithm can *change* it before it is built (FedBN keeps
 the batch-norm variables of any base algorithm on the clients, `fed_bn.py`).
-FedOpt, FedProx, FedFOR and FedPTR are one recipe, `penalized_fed_opt`
-(`build_penalized_fed_opt` assembles it); FedDyn has its own; FedCurv and
-SCAFFOLD still compose their parts in one go. `assemble` then builds and composes them; `fed_bn`
-transforms a base recipe into a FedBN recipe first.
+Every algorithm of the package is a recipe, and `assemble` is the one place
+that builds and composes one:
+
+    FedOpt, FedProx, FedFOR, FedPTR   `penalized_fed_opt` (one recipe, each
+                                      with its broadcast and penalty)
+    FedCurv, FedDyn, SCAFFOLD         their own (`fed_curv_recipe`, ...)
+    FedADC, FedADC+, SlowMo           `fed_adc.fed_adc_recipe`
+    FedBN                             `fed_bn.with_local_batch_norm` of a
+                                      base algorithm's recipe
+
+An algorithm module exposes its recipe as a function of its
+hyper-parameters (`fed_prox.fed_prox_recipe(mu=..., server_optimizer_fn=...)`)
+that checks them and returns a `RecipeFn`, model-weights type -> `Recipe`;
+its public builder is that function handed to `assemble`.
 
 The parts are built in this order, each from the types of the previous
 ones: the client work (`client_work.build_local_training` with the
-recipe's penalty, report hook and `work_broadcast_type`), the aggregator
+recipe's `objective`, `passes` and `work_broadcast_type`), the aggregator
 (for the type the client sends), the finalizer (for the aggregate's type),
 the distributor (which may read the finalizer's state). A recipe with an
 initial client state is composed by `client_states.compose` (a
@@ -42,38 +52,39 @@ class Recipe:
     aggregator_fn: `(sent update type, weight type) ->` weighted
       `AggregationProcess`.
     finalizer_fn: aggregate type -> `FinalizerProcess`.
-    penalty: The local objective's penalty (`penalties`), or `None`.
-    report_fn: The client work's report hook, or `None`.
+    objective: The client's local objective (`client_work.LocalObjective`:
+      penalty, look-ahead, loss hook).
+    passes: The client's passes before and after local training
+      (`client_work.ClientPasses`).
     initial_client_state: A new client's state (NumPy structure); `None`
       for an algorithm without client state.
     client_state_update: `(client work input, update) -> new client state`.
     client_input_fn: `(broadcast, client state) -> client work input`;
       `None` adds the state under `'client_state'`.
     to_server: `update -> what the client sends`; `None` sends the update.
-    prepare_fn: The client work's pre-pass before local training (see
-      `client_work.build_local_training`), or `None`.
   """
   work_broadcast_type: tff.Type
   distributor_fn: Callable[[tff.Type], Any]
   aggregator_fn: Callable[[tff.Type, tff.Type], Any]
   finalizer_fn: Callable[[tff.Type], Any]
-  penalty: Optional[Callable[..., tf.Tensor]] = None
-  report_fn: Optional[Callable[..., Any]] = None
+  objective: client_work_lib.LocalObjective = client_work_lib.LocalObjective()
+  passes: client_work_lib.ClientPasses = client_work_lib.ClientPasses()
   initial_client_state: Any = None
   client_state_update: Optional[Callable[[Any, Any], Any]] = None
   client_input_fn: Optional[Callable[[Any, Any], Any]] = None
   to_server: Optional[Callable[[Any], Any]] = None
-  prepare_fn: Optional[Callable[..., Any]] = None
+
+
+RecipeFn = Callable[[tff.Type], Recipe]
 
 
 def assemble(
     model_fn: Callable[[], tff.learning.models.VariableModel],
-    recipe_fn: Callable[[tff.Type], Recipe],
-    *,
+    recipe_fn: RecipeFn,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting,
-    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]],
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
 ):
   """Builds the recipe's parts and composes them (see the module docstring).
 
@@ -81,31 +92,34 @@ def assemble(
     model_fn: A no-arg callable returning a new
       `tff.learning.models.VariableModel` on each call.
     recipe_fn: Model-weights type -> `Recipe`.
-    client_optimizer_fn: The client's optimizer.
-    server_optimizer_fn: The server's optimizer (checked here; the recipe's
-      finalizer uses it).
-    client_weighting: `NUM_EXAMPLES` or `UNIFORM`.
+    client_optimizer_fn: The client's optimizer. (A server optimizer, where
+      the algorithm has one, is part of its recipe: its finalizer.)
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
     client_lr_schedule: Optional round number -> client learning rate.
+
+  Every builder forwards its own three client arguments, in this order:
+  `assemble(model_fn, recipe_fn, client_optimizer_fn, client_weighting,
+  client_lr_schedule)`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`, or a
     `client_states.ClientStatefulProcess` when the recipe has client state.
 
   Raises:
-    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+    TypeError: If an optimizer (the client's, or the server's of the
+      recipe) is not a `tff.learning.optimizers.Optimizer`.
   """
-  _common.check_optimizers(client_optimizer_fn, server_optimizer_fn)
+  _common.check_optimizer('client_optimizer_fn', client_optimizer_fn)
   initial_weights_fn = _common.initial_model_weights_fn(model_fn)
   recipe = recipe_fn(initial_weights_fn.type_signature.result)
   client_work = client_work_lib.build_local_training(
       model_fn,
       client_optimizer_fn,
-      penalty=recipe.penalty,
+      objective=recipe.objective,
+      passes=recipe.passes,
       broadcast_type=recipe.work_broadcast_type,
       client_weighting=client_weighting,
-      learning_rate_schedule=client_lr_schedule,
-      report_fn=recipe.report_fn,
-      prepare_fn=recipe.prepare_fn)
+      learning_rate_schedule=client_lr_schedule)
   result_type = client_work.next.type_signature.result.result.member
   sent_type = result_type.update
   if recipe.to_server is not None:
@@ -140,18 +154,23 @@ def penalized_fed_opt(
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[
         tff.aggregators.WeightedAggregationFactory] = None,
-    prepare_fn: Optional[Callable[..., Any]] = None,
+    passes: client_work_lib.ClientPasses = client_work_lib.ClientPasses(),
 ) -> Recipe:
   """The FedOpt round with an algorithm's own broadcast and local penalty.
 
   FedOpt, FedProx, FedFOR and FedPTR differ only in what the server
   broadcasts (`distributor_fn(weights_type)`) and in the penalty the clients
-  add to their loss (client-side FedPTR also runs a pre-pass, `prepare_fn`,
-  before local training); the client training, the weighted mean of the
+  add to their loss (client-side FedPTR also runs passes before and after
+  local training, `passes`); the client training, the weighted mean of the
   deltas (`model_aggregator`, `tff.aggregators.MeanFactory()` by default)
   and the server optimizer step (which rejects a non-finite round) are the
   same.
+
+  Raises:
+    TypeError: If `server_optimizer_fn` is not a
+      `tff.learning.optimizers.Optimizer`.
   """
+  _common.check_server_optimizer(server_optimizer_fn)
   distributor = distributor_fn(weights_type)
   return Recipe(
       work_broadcast_type=distributor.next.type_signature.result.result.member,
@@ -160,35 +179,5 @@ def penalized_fed_opt(
       finalizer_fn=lambda _: (
           tff.learning.templates.build_apply_optimizer_finalizer(
               server_optimizer_fn, weights_type)),
-      penalty=penalty,
-      prepare_fn=prepare_fn)
-
-
-def build_penalized_fed_opt(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    *,
-    distributor_fn: Callable[[tff.Type],
-                             tff.learning.templates.DistributionProcess],
-    penalty: Optional[client_work_lib.Penalty],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting,
-    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]],
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory],
-    prepare_fn: Optional[Callable[..., Any]] = None,
-) -> tff.learning.templates.LearningProcess:
-  """Assembles `penalized_fed_opt` (FedOpt, FedProx, FedFOR, FedPTR).
-
-  Raises:
-    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
-  """
-  return assemble(
-      model_fn,
-      lambda weights_type: penalized_fed_opt(
-          weights_type, distributor_fn=distributor_fn, penalty=penalty,
-          server_optimizer_fn=server_optimizer_fn,
-          model_aggregator=model_aggregator, prepare_fn=prepare_fn),
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      client_lr_schedule=client_lr_schedule)
+      objective=client_work_lib.LocalObjective(penalty=penalty),
+      passes=passes)

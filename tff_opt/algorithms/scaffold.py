@@ -36,6 +36,7 @@ Choices written down (and tested):
 """
 
 import collections
+import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -45,6 +46,7 @@ import tensorflow_federated as tff
 
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
@@ -53,7 +55,6 @@ from tff_opt.round import finalizers
 from tff_opt.round import penalties
 
 CONTROL_DELTA_KEY = 'control_delta'
-INITIALIZED_KEY = 'initialized'
 
 
 def _control_delta(model, dataset, broadcast, *, delta, num_steps,
@@ -72,7 +73,7 @@ def _control_delta(model, dataset, broadcast, *, delta, num_steps,
 def _client_state_update(merged, update):
   c_i = penalties.effective_client_control_variate(merged)
   return collections.OrderedDict([
-      (INITIALIZED_KEY, tf.constant(True)),
+      (client_states.INITIALIZED_KEY, tf.constant(True)),
       (penalties.CONTROL_VARIATE_KEY,
        [a + b for a, b in zip(c_i, update[CONTROL_DELTA_KEY])]),
   ])
@@ -109,35 +110,51 @@ def build_scaffold(
     ValueError: If `num_clients` is given and not a positive integer.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
+  recipe_fn = scaffold_recipe(server_optimizer_fn=server_optimizer_fn,
+                              num_clients=num_clients)
+  return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                             client_weighting, client_lr_schedule)
+
+
+def scaffold_recipe(
+    *,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    num_clients: Optional[int] = None,
+) -> recipe_lib.RecipeFn:
+  """SCAFFOLD's recipe (see the module docstring), for `recipe.assemble`.
+
+  The finalizer applies the server optimizer to the mean delta and keeps c
+  beside it (`finalizers.apply_optimizer_with_extras`); the distributor
+  broadcasts (x, c); the clients take the corrected steps
+  (`penalties.linear_correction`), report Delta c_i with their delta
+  (`_control_delta`, summed by `aggregators.mean_delta_sum_rest`) and keep
+  c_i+.
+
+  Raises:
+    ValueError: If `num_clients` is given and not a positive integer.
+  """
   if num_clients is not None and (isinstance(num_clients, bool) or
                                   not isinstance(num_clients, int) or
                                   num_clients < 1):
     raise ValueError('num_clients must be a positive integer or None, got '
                      f'{num_clients!r}.')
-  _common.check_optimizers(client_optimizer_fn, server_optimizer_fn)
-  initial_weights_fn = _common.initial_model_weights_fn(model_fn)
-  weights_type = initial_weights_fn.type_signature.result
+  return functools.partial(_scaffold_recipe,
+                           server_optimizer_fn=server_optimizer_fn,
+                           num_clients=num_clients)
+
+
+def _scaffold_recipe(weights_type, *, server_optimizer_fn, num_clients):
+  """`scaffold_recipe`'s parts for one model-weights type."""
+  _common.check_server_optimizer(server_optimizer_fn)
   zeros = tff_types.zeros_of(weights_type.trainable)
   vector_type = tff_types.type_of(zeros)
   broadcast_type = tff.StructWithPythonType(
       [(client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
        (penalties.CONTROL_VARIATE_KEY, vector_type)], collections.OrderedDict)
   initial_client_state = collections.OrderedDict([
-      (INITIALIZED_KEY, np.bool_(False)),
+      (client_states.INITIALIZED_KEY, np.bool_(False)),
       (penalties.CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
   ])
-  client_work = client_work_lib.build_local_training(
-      model_fn,
-      client_optimizer_fn,
-      penalty=penalties.linear_correction,
-      broadcast_type=client_states.client_broadcast_type(
-          broadcast_type, tff_types.type_of(initial_client_state)),
-      client_weighting=client_weighting,
-      learning_rate_schedule=client_lr_schedule,
-      report_fn=_control_delta)
-  update_type = client_work.next.type_signature.result.result.member
-  aggregator = aggregators.mean_delta_sum_rest(update_type.update,
-                                               update_type.update_weight)
 
   def update_extras(extras, aggregate):
     if num_clients is None:
@@ -150,19 +167,30 @@ def build_scaffold(
         for c, s in zip(extras[penalties.CONTROL_VARIATE_KEY], total)
     ])])
 
-  finalizer = finalizers.apply_optimizer_with_extras(
-      server_optimizer_fn,
-      weights_type,
-      aggregator.next.type_signature.result.result.member,
-      initial_extras=collections.OrderedDict([
-          (penalties.CONTROL_VARIATE_KEY, zeros)]),
-      update_extras=update_extras)
-  distributor = distributors.with_finalizer_state(
-      weights_type, finalizer.initialize.type_signature.result.member,
-      lambda state: collections.OrderedDict([
-          (penalties.CONTROL_VARIATE_KEY,
-           state[finalizers.EXTRAS_KEY][penalties.CONTROL_VARIATE_KEY])]))
-  return client_states.compose(
-      initial_weights_fn, distributor, client_work, aggregator, finalizer,
+  def finalizer_fn(aggregate_type):
+    return finalizers.apply_optimizer_with_extras(
+        server_optimizer_fn,
+        weights_type,
+        aggregate_type,
+        initial_extras=collections.OrderedDict([
+            (penalties.CONTROL_VARIATE_KEY, zeros)]),
+        update_extras=update_extras)
+
+  def distributor_fn(finalizer_state_type):
+    return distributors.with_finalizer_state(
+        weights_type, finalizer_state_type,
+        lambda state: collections.OrderedDict([
+            (penalties.CONTROL_VARIATE_KEY,
+             state[finalizers.EXTRAS_KEY][penalties.CONTROL_VARIATE_KEY])]))
+
+  return recipe_lib.Recipe(
+      work_broadcast_type=client_states.client_broadcast_type(
+          broadcast_type, tff_types.type_of(initial_client_state)),
+      distributor_fn=distributor_fn,
+      aggregator_fn=aggregators.mean_delta_sum_rest,
+      finalizer_fn=finalizer_fn,
+      objective=client_work_lib.LocalObjective(
+          penalty=penalties.linear_correction),
+      passes=client_work_lib.ClientPasses(report_fn=_control_delta),
       initial_client_state=initial_client_state,
       client_state_update=_client_state_update)

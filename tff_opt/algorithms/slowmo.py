@@ -7,7 +7,9 @@ Clients run plain local SGD from w_t and send Delta_k = w_t - w_k; the server
     w_{t+1} = w_t - alpha * eta_t * m_{t+1}
 
 This is FedADC's server rule with beta_local = 0 (nothing embedded in the
-local steps; beta_global = beta), so it is built by `build_fed_adc`. With a
+local steps; beta_global = beta), so it is built by `build_fed_adc` (the
+recipe `fed_adc.fed_adc_recipe(beta_local=0)`, assembled by
+`recipe.assemble`). With a
 constant eta it is also FedOpt with server SGD with momentum (learning rate
 alpha, momentum beta) on the mean delta, because TFF's momentum buffer is
 eta * m_t; with a client learning-rate schedule the two differ (SlowMo's

@@ -8,12 +8,13 @@ slots:
 |---|---|
 | broadcast: what the server sends | `distributors` |
 | local objective: the loss on a client | `penalties` (FedProx, FedFOR, FedCurv, FedPTR, FedDyn), `fisher` (FedCurv's diag(F)), `mtt` (FedPTR's trajectory matching) |
-| local work: how a client trains | `client_work` (the one local-training loop), `momentum` (FedADC's step modifier), `schedules` (client learning-rate decay) |
+| local work: how a client trains | `client_work` (the one local-training loop, with a `LocalObjective` and `ClientPasses`), `momentum` (FedADC's step modifier), `schedules` (client learning-rate decay) |
 | report and server update | `aggregators`, `finalizers`, `optimizers` (the server optimizers of Reddi et al., Algorithm 2) |
 
 and what composes them into a process: `composers`
 (`compose_learning_process`, a distributor that may read the finalizer's
 state), `client_states` (algorithms whose clients keep state) and
 `communication` (the bytes each client sends and receives). An algorithm
-(`tff_opt.algorithms`) picks one piece per slot.
+(`tff_opt.algorithms`) picks one piece per slot, as a recipe that
+`tff_opt.algorithms.recipe.assemble` builds and composes.
 """

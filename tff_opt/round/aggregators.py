@@ -1,7 +1,7 @@
 """Aggregators for client updates that carry more than a model delta.
 
-When the client work has a report hook (`client_work.build_local_training`
-with `report_fn`), a client's update is a mapping
+When the client work has a report pass (`client_work.ClientPasses` with a
+`report_fn`), a client's update is a mapping
 
     {'delta': Delta_k, <name>: <statistic>, ...}
 

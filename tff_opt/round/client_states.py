@@ -49,6 +49,9 @@ from tff_opt import tff_types
 from tff_opt.round import composers
 
 CLIENT_STATE_KEY = 'client_state'
+# The flag of a client state that is a client's own once it took part (the
+# initial state's is False; SCAFFOLD's c_i, FedBN's batch norm).
+INITIALIZED_KEY = 'initialized'
 
 
 class ClientStatefulProcess:

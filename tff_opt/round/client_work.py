@@ -10,79 +10,39 @@ and reports the model delta in TFF's *gradient form*, w_t - w_final (what
 `tff.learning.templates.build_apply_optimizer_finalizer` expects), weighted by
 the client's number of examples (Reddi et al., Algorithm 5) or uniformly.
 
-An algorithm chooses what changes:
+An algorithm chooses what changes, in two small typed objects (each field
+is documented once, in its class's docstring):
 
-- `penalty`: a pure function `(weights, broadcast, *, learning_rate) ->
-  scalar tf.Tensor` added to the batch loss inside the gradient tape, so its
-  gradient comes from autodiff, never written by hand. `weights` is the list
-  of trainable variables in model order; `broadcast` is what the distributor
-  sent (a `tff.learning.models.ModelWeights`, or a mapping whose
-  `'model_weights'` entry is one, plus the algorithm's extras); the learning
-  rate is this round's client learning rate eta (FedFOR divides by it).
-- `broadcast_type`: the type of what the distributor sends, when it is more
-  than the model.
-- `learning_rate_schedule`: round number -> client learning rate, overriding
-  the optimizer's `learning_rate` hyper-parameter each round (ExpDecay of
-  Reddi et al. Appendix E.6 is `schedules.staircase_decay`).
+- `LocalObjective`: what the client minimises and how a step moves: the
+  penalty added to the loss, a look-ahead shift (FedADC's Nesterov step),
+  a loss hook replacing the model's loss and the client statistics it
+  reads (FedADC+), and whether the client counts its steps first.
+- `ClientPasses`: the passes before and after local training: a pre-pass
+  that may extend the broadcast (client-side FedPTR's trajectory
+  matching), and a report pass whose results travel with the delta
+  (FedCurv's Fisher, SCAFFOLD's control variate).
 
-Per-client constants (FedFOR's, FedADC's): a penalty or `look_ahead` may be
-a `PrecomputedHook(precompute, step)` instead of a plain function. Its
-`precompute(broadcast, *, learning_rate[, num_steps]) -> constants` runs
-once per client, before the loop (e.g. FedFOR's d = w_{t-1} - w_t), and its
-`step(weights, constants)` at every step; the penalty's gradient still comes
-from autodiff of `step`. Calling the hook with the plain signature runs both,
-so a `PrecomputedHook` is also a plain penalty (its value is the objective's).
+Both default to "nothing": `build_local_training(model_fn, optimizer)` is
+FedAvg's client. Besides them, `build_local_training` takes
+`broadcast_type` (the type of what the distributor sends, when it is more
+than the model) and `learning_rate_schedule` (round number -> client
+learning rate, overriding the optimizer's `learning_rate` each round;
+ExpDecay of Reddi et al. Appendix E.6 is `schedules.staircase_decay`).
 
-Optional hooks (FedADC's; each off by default, leaving the loop above as is):
-
-- `count_steps=True`: the client counts its batches H before the loop (the
-  dataset's cardinality when TF knows it, e.g. `from_tensor_slices` then
-  `batch` or `repeat`; otherwise a pre-pass over its dataset); the penalty,
-  `look_ahead` and the loss hook then also get `num_steps=H` (penalties that
-  do not ask for it are never given it).
-- `look_ahead(weights, broadcast, *, learning_rate[, num_steps]) -> offsets`:
-  before each forward pass the variables are shifted by the offsets; the
-  gradient is taken there and the optimizer steps from the unshifted
-  weights (a Nesterov-type step; training metrics are then those of the
-  shifted model).
-- `loss_fn_builder(model_fn) -> loss_fn`: called once in the client's graph
-  (it may build models, e.g. a teacher); `loss_fn(model, batch, output,
-  broadcast, context) -> scalar` replaces `output.loss` (the penalty is still
-  added). `context` holds `learning_rate`, `num_steps` (when counted) and
-  `client_stats`.
-- `client_stats_fn(dataset) -> structure`: a pre-pass over the client's data
-  (e.g. its label proportions), handed to the loss hook as
-  `context['client_stats']`; it never leaves the client.
-
-Optional pre-pass hook (client-side FedPTR's; off by default):
-
-- `prepare_fn(broadcast, dataset) -> (broadcast, diagnostics)`: run once per
-  client before local training, in the client's TF graph (it may build
-  models and iterate the dataset). The broadcast it returns replaces the
-  received one for the penalty and every other hook (it must keep the
-  received `model_weights`: they are the start of local training and the
-  reference of the delta; it typically adds entries, e.g. a model computed
-  on the client). `diagnostics` is a flat mapping name -> float32 scalar,
-  averaged over the round's clients (plain, unweighted mean) and reported
-  as `prepare/<name>` in the client work's measurements; it never leaves
-  the client otherwise.
-
-Optional report hook (FedCurv's, SCAFFOLD's; off by default):
-
-- `report_fn(model, dataset, broadcast, *, delta, num_steps, learning_rate)
-  -> {name: tensor structure}`: run after the last local step, with the
-  model at its final local weights, `delta` the gradient-form delta,
-  `num_steps` the number of local steps taken (int64). The client's update
-  is then `{'delta': delta, **extras}` instead of the bare delta, and the
-  aggregator must accept that structure (`aggregators.mean_delta_sum_rest`).
-  Forward passes the hook makes do not change the training metrics (the
-  model's metric variables are restored afterwards). A non-finite entry
-  anywhere in the update zeroes all of it, as for the delta alone.
+Per-client constants (FedFOR's, FedCurv's, FedADC's): a penalty or
+`look_ahead` may be a `PrecomputedHook(precompute, step)` instead of a plain
+function. Its `precompute(broadcast, *, learning_rate[, num_steps]) ->
+constants` runs once per client, before the loop (e.g. FedFOR's d = w_{t-1}
+- w_t), and its `step(weights, constants)` at every step; the penalty's
+gradient still comes from autodiff of `step`. Calling the hook with the
+plain signature runs both, so a `PrecomputedHook` is also a plain penalty
+(its value is the objective's).
 
 Choices written down here:
-- A client whose delta has a non-finite entry reports a zero delta with zero
-  weight (it drops out of the weighted mean), as TFF's own client work does;
-  the number of such clients is reported as `non_finite_clients`.
+- A client whose update has a non-finite entry (`checks.all_finite`)
+  reports a zero update with zero weight (it drops out of the weighted
+  mean), as TFF's own client work does; the number of such clients is
+  reported as `non_finite_clients`.
 - Training metrics are those of the batches as they are trained on (the
   model before each step), summed over clients then finalized, as in TFF.
 - The round's client learning rate is reported as `client_learning_rate`.
@@ -127,6 +87,114 @@ LEARNING_RATE_KEY = optimizers.LEARNING_RATE_KEY  # TFF optimizers' name.
 MODEL_WEIGHTS_KEY = 'model_weights'
 DELTA_KEY = 'delta'
 PREPARE_KEY = 'prepare'
+NUM_STEPS_KEY = 'num_steps'
+CLIENT_STATS_KEY = 'client_stats'
+
+
+def _check_hook(owner: str, name: str, value: Any) -> None:
+  """Raises TypeError unless `value` is `None` or callable."""
+  if value is not None and not callable(value):
+    raise TypeError(f'{owner}.{name} must be callable or None, got '
+                    f'{type(value).__name__} {value!r}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalObjective:
+  """What a client minimises and how its local step moves.
+
+  Every field is optional; the default is the model's own loss and a plain
+  optimizer step (FedAvg's client).
+
+  Attributes:
+    penalty: `(weights, broadcast, *, learning_rate[, num_steps]) -> scalar
+      tf.Tensor`, added to every batch loss inside the gradient tape (so its
+      gradient comes from autodiff, never written by hand), or a
+      `PrecomputedHook`. `weights` is the list of trainable variables in
+      model order; `broadcast` is what the distributor sent (a
+      `tff.learning.models.ModelWeights`, or a mapping whose
+      `'model_weights'` entry is one, plus the algorithm's extras, the
+      `'client_state'` of a stateful algorithm, and what `prepare_fn` added);
+      `learning_rate` is this round's client learning rate eta (FedFOR
+      divides by it). `tff_opt.round.penalties` has the algorithms'.
+    look_ahead: `(weights, broadcast, *, learning_rate[, num_steps]) ->
+      offsets` (one tensor per trainable variable), or a `PrecomputedHook`:
+      before each forward pass the variables are shifted by the offsets;
+      the gradient is taken there and the optimizer steps from the
+      unshifted weights (a Nesterov-type step; training metrics are then
+      those of the shifted model).
+    loss_fn_builder: `model_fn -> loss_fn`, called once in the client's
+      graph (it may build models, e.g. a teacher); `loss_fn(model, batch,
+      output, broadcast, context) -> scalar` replaces `output.loss` (the
+      penalty is still added). `context` holds `learning_rate`,
+      `num_steps` (when counted) and `client_stats`.
+    client_stats_fn: `dataset -> structure`, a pre-pass over the client's
+      data (e.g. its label proportions), handed to the loss hook as
+      `context['client_stats']`; it never leaves the client.
+    count_steps: When True the client counts its batches H before the loop
+      (the dataset's cardinality when TF knows it, e.g. `from_tensor_slices`
+      then `batch` or `repeat`; otherwise a pass over its dataset); the
+      penalty, `look_ahead` and the loss hook then also get `num_steps=H`
+      (they are never given it otherwise).
+
+  Raises:
+    TypeError: If a hook is neither callable nor `None`, or `count_steps`
+      is not a bool.
+  """
+  penalty: Optional[Penalty] = None
+  look_ahead: Optional[Union[Callable[..., Any], PrecomputedHook]] = None
+  loss_fn_builder: Optional[Callable[..., Callable[..., tf.Tensor]]] = None
+  client_stats_fn: Optional[Callable[[tf.data.Dataset], Any]] = None
+  count_steps: bool = False
+
+  def __post_init__(self):
+    for field in ('penalty', 'look_ahead', 'loss_fn_builder',
+                  'client_stats_fn'):
+      _check_hook('LocalObjective', field, getattr(self, field))
+    if not isinstance(self.count_steps, bool):
+      raise TypeError('LocalObjective.count_steps must be a bool, got '
+                      f'{type(self.count_steps).__name__} '
+                      f'{self.count_steps!r}.')
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientPasses:
+  """The client's passes before and after its local training.
+
+  Both are optional and off by default.
+
+  Attributes:
+    prepare_fn: `(broadcast, dataset) -> (broadcast, diagnostics)`, run once
+      per client before local training, in the client's TF graph (it may
+      build models and iterate the dataset). The broadcast it returns
+      replaces the received one for the penalty and every other hook (it
+      must keep the received `model_weights`: they are the start of local
+      training and the reference of the delta; it typically adds entries,
+      e.g. a model computed on the client). `diagnostics` is a flat mapping
+      name -> float32 scalar, averaged over the round's clients (plain,
+      unweighted mean) and reported as `prepare/<name>` in the client
+      work's measurements; it never leaves the client otherwise.
+      Client-side FedPTR's trajectory matching.
+    report_fn: `(model, dataset, broadcast, *, delta, num_steps,
+      learning_rate) -> {name: tensor structure}`, run after the last local
+      step with the model at its final local weights, `delta` the
+      gradient-form delta and `num_steps` the number of local steps taken
+      (int64). The client's update is then `{'delta': delta, **extras}`
+      instead of the bare delta, and the aggregator must accept that
+      structure (`aggregators.mean_delta_sum_rest`). Forward passes it
+      makes do not change the training metrics (the model's metric
+      variables are restored afterwards). A non-finite entry anywhere in
+      the update zeroes all of it, as for the delta alone. FedCurv's
+      Fisher, SCAFFOLD's control variate, FedBN's local batch norm.
+
+  Raises:
+    TypeError: If a pass is neither callable nor `None`.
+  """
+  prepare_fn: Optional[Callable[..., Any]] = None
+  report_fn: Optional[Callable[..., Any]] = None
+
+  def __post_init__(self):
+    for field in ('prepare_fn', 'report_fn'):
+      _check_hook('ClientPasses', field, getattr(self, field))
 
 
 def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
@@ -182,10 +250,8 @@ def _zero_if_non_finite(delta):
   return delta, tf.cast(tf.logical_not(finite), tf.int32)
 
 
-def _build_client_update(model_fn, optimizer, penalty, client_weighting,
-                         count_steps=False, look_ahead=None,
-                         loss_fn_builder=None, client_stats_fn=None,
-                         report_fn=None):
+def _build_client_update(model_fn, optimizer, objective: LocalObjective,
+                         client_weighting, report_fn=None):
   """Returns a `tf.function` (hparams, broadcast, dataset) -> client outputs.
 
   Must be called inside a `tff.tensorflow.computation`: the model's
@@ -194,8 +260,10 @@ def _build_client_update(model_fn, optimizer, penalty, client_weighting,
   model = model_fn()
   model_weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = model_weights.trainable
-  batch_loss_fn = (loss_fn_builder(model_fn)
-                   if loss_fn_builder is not None else None)
+  look_ahead = objective.look_ahead
+  client_stats_fn = objective.client_stats_fn
+  batch_loss_fn = (objective.loss_fn_builder(model_fn)
+                   if objective.loss_fn_builder is not None else None)
 
   @tf.function
   def client_update(hparams, broadcast, dataset):
@@ -209,15 +277,15 @@ def _build_client_update(model_fn, optimizer, penalty, client_weighting,
     num_examples = tf.constant(0, tf.int64)
     local_steps = tf.constant(0, tf.int64)  # Steps taken (for report_fn).
     hook_kwargs = {}
-    if count_steps:
-      hook_kwargs['num_steps'] = _count_batches(dataset)
-    hook_args = dict(learning_rate=learning_rate, **hook_kwargs)
+    if objective.count_steps:
+      hook_kwargs[NUM_STEPS_KEY] = _count_batches(dataset)
+    hook_args = dict([(LEARNING_RATE_KEY, learning_rate)], **hook_kwargs)
     # A `PrecomputedHook`'s per-client constants: computed once, here.
-    penalty_of = _per_step(penalty, broadcast, hook_args)
+    penalty_of = _per_step(objective.penalty, broadcast, hook_args)
     offsets_of = _per_step(look_ahead, broadcast, hook_args)
     context = dict(hook_args)
     if client_stats_fn is not None:
-      context['client_stats'] = client_stats_fn(dataset)
+      context[CLIENT_STATS_KEY] = client_stats_fn(dataset)
     # Weights before the look-ahead shift (a loop variable for autograph).
     current = [v.read_value() for v in trainable] if look_ahead else []
 
@@ -277,17 +345,12 @@ def build_local_training(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,
     *,
-    penalty: Optional[Penalty] = None,
+    objective: LocalObjective = LocalObjective(),
+    passes: ClientPasses = ClientPasses(),
     broadcast_type: Optional[tff.Type] = None,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
-    count_steps: bool = False,
-    look_ahead: Optional[Union[Callable[..., Any], PrecomputedHook]] = None,
-    loss_fn_builder: Optional[Callable[..., Callable[..., tf.Tensor]]] = None,
-    client_stats_fn: Optional[Callable[[tf.data.Dataset], Any]] = None,
-    report_fn: Optional[Callable[..., Any]] = None,
-    prepare_fn: Optional[Callable[..., Any]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Builds the shared local-training `ClientWorkProcess`.
 
@@ -296,39 +359,37 @@ def build_local_training(
       `tff.learning.models.VariableModel` on each call.
     client_optimizer: A `tff.learning.optimizers.Optimizer` with a
       `learning_rate` hyper-parameter; it takes the local steps.
-    penalty: Optional `(weights, broadcast, *, learning_rate) -> scalar`
-      added to every batch loss, or a `PrecomputedHook` (see the module
-      docstring).
+    objective: What the client minimises and how a step moves (a
+      `LocalObjective`; the model's loss and plain steps by default).
+    passes: The passes before and after local training (a `ClientPasses`;
+      none by default).
     broadcast_type: The unplaced type of what the distributor sends; the
       model's `ModelWeights` type when `None`.
     client_weighting: `tff.learning.ClientWeighting.NUM_EXAMPLES` (default)
       or `UNIFORM`.
     learning_rate_schedule: Optional callable round number -> client learning
       rate; when given it replaces the optimizer's learning rate each round.
-    count_steps: Count the client's batches before the loop and pass
-      `num_steps` to the penalty and hooks (see the module docstring).
-    look_ahead: Optional look-ahead hook, plain or a `PrecomputedHook`
-      (see the module docstring).
-    loss_fn_builder: Optional builder of a loss hook replacing the model's
-      batch loss (see the module docstring).
-    client_stats_fn: Optional dataset -> statistics pre-pass, handed to the
-      loss hook as `context['client_stats']`.
-    report_fn: Optional report hook; the update becomes `{'delta': ...,
-      **report_fn(...)}` (see the module docstring).
-    prepare_fn: Optional client pre-pass `(broadcast, dataset) ->
-      (broadcast, diagnostics)` (see the module docstring).
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` whose state is
     `{'round_num', 'optimizer_hparams'}` at the server, whose `next` takes
     `(state, broadcast@CLIENTS, datasets@CLIENTS)`, and whose measurements
     are `{'train': finalized metrics, 'client_learning_rate',
-    'non_finite_clients'}` (plus `'prepare'` with `prepare_fn`).
+    'non_finite_clients'}` (plus `'prepare'` with a `prepare_fn`).
 
   Raises:
-    TypeError: If `client_weighting` is not a `tff.learning.ClientWeighting`
-      or the optimizer has no `learning_rate` hyper-parameter.
+    TypeError: If `objective` is not a `LocalObjective`, `passes` not a
+      `ClientPasses`, `client_weighting` not a
+      `tff.learning.ClientWeighting`, or the optimizer has no
+      `learning_rate` hyper-parameter.
   """
+  if not isinstance(objective, LocalObjective):
+    raise TypeError('objective must be a client_work.LocalObjective, got '
+                    f'{type(objective).__name__}.')
+  if not isinstance(passes, ClientPasses):
+    raise TypeError('passes must be a client_work.ClientPasses, got '
+                    f'{type(passes).__name__}.')
+  prepare_fn = passes.prepare_fn
   if not isinstance(client_weighting, tff.learning.ClientWeighting):
     raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
                     f'got {client_weighting!r}.')
@@ -385,10 +446,8 @@ def build_local_training(
     if prepare_fn is not None:
       broadcast, diagnostics = prepare_fn(broadcast, dataset)
     update_fn = _build_client_update(
-        model_fn, client_optimizer, penalty, client_weighting,
-        count_steps=count_steps, look_ahead=look_ahead,
-        loss_fn_builder=loss_fn_builder, client_stats_fn=client_stats_fn,
-        report_fn=report_fn)
+        model_fn, client_optimizer, objective, client_weighting,
+        report_fn=passes.report_fn)
     return tuple(update_fn(hparams, broadcast, dataset)) + (diagnostics,)
 
   @tff.federated_computation(

@@ -51,8 +51,9 @@ def with_finalizer_state(
     ValueError: If `extras_fn` returns the reserved name 'model_weights'.
   """
   server_type = tff.StructWithPythonType(
-      [('model_weights', model_weights_type),
-       ('finalizer_state', finalizer_state_type)], composers.ServerState)
+      list(zip(composers.ServerState._fields,
+               (model_weights_type, finalizer_state_type))),
+      composers.ServerState)
 
   @tff.tensorflow.computation(server_type)
   def broadcast_value(server_state):

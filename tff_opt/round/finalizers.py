@@ -24,6 +24,9 @@ from tff_opt.round import client_work
 
 OPTIMIZER_STATE_KEY = 'optimizer'
 EXTRAS_KEY = 'extras'
+# The measurement of TFF's `build_apply_optimizer_finalizer` (and of the
+# finalizers here): 1 when the round's update was rejected as non-finite.
+UPDATE_NON_FINITE_KEY = 'update_non_finite'
 
 
 def apply_optimizer_with_extras(
@@ -76,7 +79,7 @@ def apply_optimizer_with_extras(
   @tff.tensorflow.computation(base.next.type_signature.result.measurements
                               .member)
   def non_finite_of(measurements):
-    return tf.cast(measurements['update_non_finite'], tf.int32)
+    return tf.cast(measurements[UPDATE_NON_FINITE_KEY], tf.int32)
 
   @tff.federated_computation(
       tff.FederatedType(state_type, tff.SERVER),

@@ -20,17 +20,16 @@ and the server, from the client deltas Delta_k = w_t - w_k,
 
 How the pieces map onto the shared client work:
 
-- `embedded_momentum_penalty`: the heavy-ball step adds the constant m_bar to
+- `embedded_momentum_hook`: the heavy-ball step adds the constant m_bar to
   every gradient, which is exactly the gradient of the linear penalty
   <w, m_bar>; the client work differentiates it.
-- `nesterov_look_ahead`: the Nesterov step is the same penalty plus the
-  look-ahead offset -eta * m_bar (the gradient is taken at w - eta * m_bar,
-  the step from w: w - eta * (g(w - eta * m_bar) + m_bar) = w_half - eta *
-  g(w_half)).
-- m_bar and -eta * m_bar are constant within a client's round: FedADC hands
-  the client work `embedded_momentum_hook` and `nesterov_look_ahead_hook`,
-  the same two hooks as `client_work.PrecomputedHook`s, which compute them
-  once per client rather than at every step.
+- `nesterov_look_ahead_hook`: the Nesterov step is the same penalty plus
+  the look-ahead offset -eta * m_bar (the gradient is taken at w - eta *
+  m_bar, the step from w: w - eta * (g(w - eta * m_bar) + m_bar) = w_half -
+  eta * g(w_half)).
+- m_bar and -eta * m_bar are constant within a client's round, so both are
+  `client_work.PrecomputedHook`s, computed once per client
+  (`embedded_momentum`, `look_ahead_offsets`) rather than at every step.
 - `LocalEmaMomentum`: Algorithm 4's local momentum. m_bar is constant within
   a round, so an EMA of (g + m_bar) started at its first value equals
   m_bar + EMA(g): the double-momentum step is this optimizer applied to the
@@ -62,10 +61,13 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import finalizers
 
 MOMENTUM_KEY = 'momentum'
 ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY
 LEARNING_RATE_KEY = client_work_lib.LEARNING_RATE_KEY
+# `LocalEmaMomentum`'s hyper-parameter phi, under the name TFF's SGDM gives
+# its momentum hyper-parameter (an optimizer's, not the finalizer's state).
 LOCAL_MOMENTUM_KEY = 'momentum'
 STEP_KEY = 'step'
 ACCUMULATOR_KEY = 'accumulator'
@@ -103,31 +105,15 @@ def linear_step(weights, m_bar) -> tf.Tensor:
   ])
 
 
-def embedded_momentum_penalty(weights, broadcast, *, learning_rate, num_steps,
-                              beta_local: float) -> tf.Tensor:
-  """<w, m_bar> with m_bar = beta_local * m_t / H: gradient m_bar.
-
-  The client work uses it split in two (`embedded_momentum_hook`).
-
-  Args:
-    weights: The trainable variables, in model order.
-    broadcast: `{'model_weights': ..., 'momentum': m_t}` (m_t in the order
-      of `weights`).
-    learning_rate: Unused (the step's eta is the optimizer's).
-    num_steps: H, the client's number of local steps this round.
-    beta_local: beta_local of Algorithm 3.
-
-  Returns:
-    A scalar `tf.Tensor`.
-  """
-  return linear_step(weights, embedded_momentum(
-      broadcast, learning_rate=learning_rate, num_steps=num_steps,
-      beta_local=beta_local))
-
-
 def embedded_momentum_hook(beta_local: float
                            ) -> client_work_lib.PrecomputedHook:
-  """`embedded_momentum_penalty` with m_bar computed once per client."""
+  """The heavy-ball penalty <w, m_bar>, m_bar = beta_local * m_t / H.
+
+  Its gradient is m_bar. m_bar is computed once per client
+  (`embedded_momentum`), the product at every step (`linear_step`); called
+  as `hook(weights, broadcast, *, learning_rate, num_steps)` (a broadcast
+  `{'model_weights': ..., 'momentum': m_t}`) it returns the penalty's value.
+  """
   return client_work_lib.PrecomputedHook(
       functools.partial(embedded_momentum, beta_local=beta_local),
       linear_step)
@@ -141,17 +127,13 @@ def look_ahead_offsets(broadcast, *, learning_rate, num_steps,
   return [-scale * m for m in broadcast[MOMENTUM_KEY]]
 
 
-def nesterov_look_ahead(weights, broadcast, *, learning_rate, num_steps,
-                        beta_local: float) -> list[tf.Tensor]:
-  """The look-ahead offsets -eta * m_bar of the Nesterov variant."""
-  del weights
-  return look_ahead_offsets(broadcast, learning_rate=learning_rate,
-                            num_steps=num_steps, beta_local=beta_local)
-
-
 def nesterov_look_ahead_hook(beta_local: float
                              ) -> client_work_lib.PrecomputedHook:
-  """`nesterov_look_ahead` with its offsets computed once per client."""
+  """The Nesterov variant's look-ahead offsets -eta * m_bar.
+
+  Computed once per client (`look_ahead_offsets`); called as
+  `hook(weights, broadcast, *, learning_rate, num_steps)` it returns them.
+  """
   return client_work_lib.PrecomputedHook(
       functools.partial(look_ahead_offsets, beta_local=beta_local),
       lambda weights, offsets: offsets)
@@ -303,7 +285,8 @@ def build_fedadc_finalizer(
     new_state, new_weights, non_finite = tff.federated_map(
         apply_rule, (state, weights, update))
     measurements = tff.federated_zip(
-        collections.OrderedDict(update_non_finite=non_finite))
+        collections.OrderedDict([(finalizers.UPDATE_NON_FINITE_KEY,
+                                  non_finite)]))
     return tff.templates.MeasuredProcessOutput(new_state, new_weights,
                                                measurements)
 

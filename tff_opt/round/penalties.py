@@ -7,28 +7,26 @@ Every penalty has the signature
 where `weights` is the list of trainable variables (model order), `broadcast`
 what the distributor sent (see `client_work.model_weights_of`) and
 `learning_rate` the round's client learning rate eta. An algorithm binds its
-hyper-parameter with `functools.partial` and hands the result to
-`client_work.build_local_training`, which adds it to the loss inside the
-gradient tape: gradients come from autodiff, never from a hand-written
-formula.
+hyper-parameter with `functools.partial` and hands the result to the client
+work (`client_work.LocalObjective(penalty=...)`), which adds it to the loss
+inside the gradient tape: gradients come from autodiff, never from a
+hand-written formula.
 
-A penalty with per-client constants (FedFOR's d = w_{t-1} - w_t) also comes
-split in two, `<name>_constants(broadcast, *, learning_rate, ...)` and
-`<name>_step(weights, constants)`, the plain penalty being the step of the
-constants; `<name>_hook` packs them as a `client_work.PrecomputedHook`, whose
-constants the client work computes once per client instead of at every
-local step (the same numbers, fewer passes over model-sized tensors).
+A penalty with per-client constants (FedFOR's d = w_{t-1} - w_t, FedCurv's
+sqrt(u)) has one form, `<name>_hook(<hyper-parameters>)`: a
+`client_work.PrecomputedHook` of `<name>_constants(broadcast, *,
+learning_rate)`, which the client work runs once per client, and
+`<name>_step(weights, constants)`, run at every local step (the same
+numbers as the paper's formula, fewer passes over model-sized tensors). A
+hook is callable with the penalty signature above, so the formula's value
+is `<name>_hook(...)(weights, broadcast, learning_rate=eta)`.
 
-    proximal              FedProx      (mu/2) ||w - w_t||^2
-    first_order_positive  FedFOR Eq.7  (alpha/eta) sum_i relu(d_i (w_i - w_t,i)),
-                                       d = w_{t-1} - w_t; zero without w_{t-1}
-                                       (`first_order_positive_hook`: d and
-                                       alpha/eta once per client)
-    elastic               FedCurv      lam (w^T diag(u) w - 2 w^T v) + const
-                                       (`elastic_hook`: sqrt(u), v/sqrt(u)
-                                       once per client)
-    linear_correction     SCAFFOLD     <w, c - c_i>  (gradient c - c_i)
-    dynamic               FedDyn       -<g_k, w> + (alpha/2) ||w - w_t||^2
+    proximal                   FedProx   (mu/2) ||w - w_t||^2
+    first_order_positive_hook  FedFOR    (alpha/eta) sum relu(d (w - w_t)),
+                               (Eq. 7)   d = w_{t-1} - w_t; zero without w_{t-1}
+    elastic_hook               FedCurv   lam (w^T diag(u) w - 2 w^T v) + const
+    linear_correction          SCAFFOLD  <w, c - c_i>  (gradient c - c_i)
+    dynamic                    FedDyn    -<g_k, w> + (alpha/2) ||w - w_t||^2
 
 Broadcast entries read here (names are module constants):
 `previous_model_weights` and `has_previous` (FedFOR, from
@@ -142,39 +140,26 @@ def first_order_positive_step(weights, constants, *,
   ])
 
 
-def first_order_positive(weights, broadcast, *, learning_rate,
-                         alpha) -> tf.Tensor:
-  """FedFOR's first-order penalty (Eq. 7 of Tian, Smith, Kira).
-
-  (alpha/eta) sum_i relu(d_i (w_i - w_t,i)) with d = w_{t-1} - w_t; zero when
-  the broadcast's `has_previous` is false (first round). FedFOR's client work
-  uses the same penalty split in two, `first_order_positive_hook`.
-
-  Args:
-    weights: The trainable variables, in model order.
-    broadcast: A mapping with `model_weights` (w_t), `previous_model_weights`
-      (w_{t-1}) and `has_previous` (a boolean scalar).
-    learning_rate: The client learning rate eta.
-    alpha: The penalty strength, >= 0.
-
-  Returns:
-    A scalar tensor.
-  """
-  return first_order_positive_step(weights, first_order_positive_constants(
-      broadcast, learning_rate=learning_rate, alpha=alpha))
-
-
 def first_order_positive_hook(alpha: float, grad_at_zero: int = 0
                               ) -> client_work.PrecomputedHook:
-  """`first_order_positive` with d and alpha/eta computed once per client.
+  """FedFOR's first-order penalty (Eq. 7 of Tian, Smith, Kira):
+
+      (alpha/eta) sum_i U(d_i (w_i - w_t,i)),   d = w_{t-1} - w_t,
+
+  U(x) = max(x, 0), zero when the broadcast's `has_previous` is false (first
+  round). d and alpha/eta are computed once per client
+  (`first_order_positive_constants`), the sum at every step
+  (`first_order_positive_step`).
 
   Args:
     alpha: The penalty strength, >= 0.
     grad_at_zero: U'(0), 0 or 1 (see the module docstring).
 
   Returns:
-    A `client_work.PrecomputedHook`; called with the plain penalty signature
-    it is `first_order_positive(..., alpha=alpha)` (with U'(0) as given).
+    A `client_work.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate)` (a broadcast with `model_weights` (w_t),
+    `previous_model_weights` (w_{t-1}) and `has_previous`) it returns the
+    penalty's value, a scalar tensor.
 
   Raises:
     ValueError: If `grad_at_zero` is not 0 or 1.
@@ -233,30 +218,15 @@ def elastic_step(weights, constants) -> tf.Tensor:
       tf.nn.l2_loss(r * w - t) for w, r, t in zip(weights, root, target)])
 
 
-def elastic(weights, broadcast, *, learning_rate, lam) -> tf.Tensor:
-  """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (up to a constant).
-
-  lam (w^T diag(u) w - 2 w^T v) + const, gradient 2 lam (u w - v), where u
-  and v are the broadcast's `fisher_sum` and `fisher_weight_sum` (Eq. 3's
-  constant is not kept; see `elastic_step` for the one added).
-  FedCurv's client work uses the same penalty split in two, `elastic_hook`.
-
-  Args:
-    weights: The trainable variables, in model order.
-    broadcast: A mapping with `fisher_sum` (u) and `fisher_weight_sum` (v),
-      each a list shaped like the trainable weights.
-    learning_rate: Unused.
-    lam: The penalty strength lambda, >= 0.
-
-  Returns:
-    A scalar tensor.
-  """
-  return elastic_step(weights, elastic_constants(
-      broadcast, learning_rate=learning_rate, lam=lam))
-
-
 def elastic_hook(lam: float, adjust=None) -> client_work.PrecomputedHook:
-  """`elastic` with sqrt(u) and v / sqrt(u) computed once per client.
+  """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (up to a constant):
+
+      lam (w^T diag(u) w - 2 w^T v) + const,   gradient 2 lam (u w - v),
+
+  where u and v are the broadcast's `fisher_sum` and `fisher_weight_sum`
+  (Eq. 3's constant is not kept; `elastic_step` adds lam sum v^2 / u).
+  sqrt(u) and v / sqrt(u) are computed once per client
+  (`elastic_constants`), the sum at every step (`elastic_step`).
 
   Args:
     lam: The penalty strength lambda, >= 0.
@@ -265,8 +235,10 @@ def elastic_hook(lam: float, adjust=None) -> client_work.PrecomputedHook:
       contribution from u and v with it).
 
   Returns:
-    A `client_work.PrecomputedHook`; called with the plain penalty signature
-    it is `elastic(..., lam=lam)` (of the adjusted broadcast).
+    A `client_work.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate)` (a broadcast with `fisher_sum` and `fisher_weight_sum`,
+    each a list shaped like the trainable weights) it returns the penalty's
+    value (of the adjusted broadcast), a scalar tensor.
   """
 
   def constants(broadcast, *, learning_rate):
@@ -331,6 +303,6 @@ def effective_client_control_variate(broadcast):
   state = broadcast[CLIENT_STATE_KEY]
   c = broadcast[CONTROL_VARIATE_KEY]
   return [
-      tf.where(state['initialized'], own, server)
+      tf.where(state[client_states.INITIALIZED_KEY], own, server)
       for own, server in zip(state[CONTROL_VARIATE_KEY], c)
   ]

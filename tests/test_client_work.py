@@ -1,0 +1,176 @@
+"""The shared client work's typed hooks: `LocalObjective` and `ClientPasses`.
+
+One client through `client_work.build_local_training`, against NumPy SGD on
+the local objective; the passes before and after local training; and the
+errors a bad hook gets, with their exact messages.
+"""
+
+import collections
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import tiny
+from tff_opt.round import client_work
+from tff_opt.round import penalties
+
+CLIENT_LR = 0.1
+LOCAL_STEPS = 3
+MU = 0.5
+
+
+def _sgd():
+  return tff.learning.optimizers.build_sgdm(learning_rate=CLIENT_LR)
+
+
+def _client():
+  (x, y), = tiny.make_clients(num_clients=1, seed=5, sizes=(7,))
+  return x, y
+
+
+def _weights(arrays):
+  return tff.learning.models.ModelWeights(list(arrays), [])
+
+
+def _one_round(process, broadcast):
+  """`process.next` for one full-batch client; (client result, metrics)."""
+  dataset, = tiny.full_batch_datasets([_client()], LOCAL_STEPS)
+  output = process.next(process.initialize(), [broadcast], [dataset])
+  return output.result[0], output.measurements
+
+
+@pytest.fixture(scope='module')
+def proximal_work():
+  return client_work.build_local_training(
+      tiny.model_fn, _sgd(),
+      objective=client_work.LocalObjective(
+          penalty=functools.partial(penalties.proximal, mu=MU)))
+
+
+def test_penalty_gives_numpy_sgd_on_loss_plus_penalty(proximal_work):
+  anchor = tiny.initial_weights()
+  result, measurements = _one_round(proximal_work, _weights(anchor))
+  x, y = _client()
+  final = tiny.local_sgd(
+      anchor, x, y, CLIENT_LR, LOCAL_STEPS,
+      extra_grad=lambda w: [MU * (a - b) for a, b in zip(w, anchor)])
+  for got, a, f in zip(result.update, anchor, final):
+    np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
+  # Weighted by the examples trained on (every local epoch's).
+  assert float(result.update_weight) == LOCAL_STEPS * len(y)
+  assert measurements['non_finite_clients'] == 0
+  # The penalty acts: FedAvg's client moves elsewhere.
+  plain = tiny.local_sgd(anchor, x, y, CLIENT_LR, LOCAL_STEPS)
+  assert np.abs(plain[0] - final[0]).max() > 1e-4
+
+
+def test_defaults_are_fed_avg_client():
+  work = client_work.build_local_training(tiny.model_fn, _sgd())
+  start = tiny.initial_weights()
+  result, measurements = _one_round(work, _weights(start))
+  final = tiny.local_sgd(start, *_client(), CLIENT_LR, LOCAL_STEPS)
+  for got, a, f in zip(result.update, start, final):
+    np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
+  assert 'prepare' not in measurements
+
+
+def test_count_steps_gives_hooks_the_number_of_batches():
+  seen = []
+
+  def penalty(weights, broadcast, *, learning_rate, num_steps):
+    del broadcast, learning_rate
+    seen.append(num_steps)
+    return tf.cast(num_steps, tf.float32) * tf.add_n(
+        [tf.reduce_sum(w) for w in weights])
+
+  work = client_work.build_local_training(
+      tiny.model_fn, _sgd(),
+      objective=client_work.LocalObjective(penalty=penalty, count_steps=True))
+  start = tiny.initial_weights()
+  result, _ = _one_round(work, _weights(start))
+  assert seen  # Traced with num_steps.
+  # Gradient of H * sum(w) is H = 3 everywhere.
+  final = tiny.local_sgd(start, *_client(), CLIENT_LR, LOCAL_STEPS,
+                         extra_grad=lambda w: [np.full_like(t, 3.0)
+                                               for t in w])
+  for got, a, f in zip(result.update, start, final):
+    np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
+
+
+def test_passes_before_and_after_local_training():
+  start = tiny.initial_weights()
+  shift = np.float32(0.25)
+
+  def prepare_fn(broadcast, dataset):
+    # The pre-pass adds an anchor for the penalty and reports a diagnostic.
+    count = dataset.reduce(tf.constant(0.0), lambda n, _: n + 1.0)
+    extended = collections.OrderedDict([
+        (client_work.MODEL_WEIGHTS_KEY, broadcast),
+        ('anchor', [t + shift for t in broadcast.trainable]),
+    ])
+    return extended, collections.OrderedDict(batches=count)
+
+  def penalty(weights, broadcast, *, learning_rate):
+    del learning_rate
+    return MU * tf.add_n([tf.nn.l2_loss(w - a)
+                          for w, a in zip(weights, broadcast['anchor'])])
+
+  def report_fn(model, dataset, broadcast, *, delta, num_steps,
+                learning_rate):
+    del model, dataset, broadcast, delta
+    return collections.OrderedDict(
+        steps=tf.cast(num_steps, tf.float32),
+        lr=tf.cast(learning_rate, tf.float32))
+
+  work = client_work.build_local_training(
+      tiny.model_fn, _sgd(),
+      objective=client_work.LocalObjective(penalty=penalty),
+      passes=client_work.ClientPasses(prepare_fn=prepare_fn,
+                                      report_fn=report_fn))
+  result, measurements = _one_round(work, _weights(start))
+  anchor = [t + shift for t in start]
+  final = tiny.local_sgd(
+      start, *_client(), CLIENT_LR, LOCAL_STEPS,
+      extra_grad=lambda w: [MU * (a - b) for a, b in zip(w, anchor)])
+  assert list(result.update) == [client_work.DELTA_KEY, 'steps', 'lr']
+  for got, a, f in zip(result.update[client_work.DELTA_KEY], start, final):
+    np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
+  assert float(result.update['steps']) == LOCAL_STEPS
+  assert float(result.update['lr']) == pytest.approx(CLIENT_LR)
+  assert float(measurements[client_work.PREPARE_KEY]['batches']) == (
+      LOCAL_STEPS)
+
+
+def test_hook_objects_are_frozen():
+  objective = client_work.LocalObjective()
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    objective.penalty = penalties.linear_correction
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    client_work.ClientPasses().report_fn = None
+
+
+@pytest.mark.parametrize('make, message', [
+    (lambda: client_work.LocalObjective(penalty=0.1),
+     'LocalObjective.penalty must be callable or None, got float 0.1.'),
+    (lambda: client_work.LocalObjective(look_ahead='nesterov'),
+     "LocalObjective.look_ahead must be callable or None, got str "
+     "'nesterov'."),
+    (lambda: client_work.LocalObjective(count_steps=1),
+     'LocalObjective.count_steps must be a bool, got int 1.'),
+    (lambda: client_work.ClientPasses(report_fn=[]),
+     'ClientPasses.report_fn must be callable or None, got list [].'),
+    (lambda: client_work.build_local_training(
+        tiny.model_fn, _sgd(), objective=penalties.linear_correction),
+     'objective must be a client_work.LocalObjective, got function.'),
+    (lambda: client_work.build_local_training(
+        tiny.model_fn, _sgd(), passes=client_work.LocalObjective()),
+     'passes must be a client_work.ClientPasses, got LocalObjective.'),
+])
+def test_bad_hook_is_a_type_error_naming_it(make, message):
+  with pytest.raises(TypeError) as error:
+    make()
+  assert str(error.value) == message
