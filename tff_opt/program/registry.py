@@ -68,6 +68,12 @@ class Algorithm:
 
 SERVER_RULES = ('optimizer', 'sgd', 'own')
 
+# Both FedPTR sides take the same flags (fed_ptr.build_fed_ptr's).
+_FED_PTR_HPARAMS = ('mu', 'images_per_class', 'mtt_outer_steps',
+                    'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
+                    'update_every', 'mtt_init_lr', 'mtt_image_lr',
+                    'mtt_lr_lr', 'mtt_momentum')
+
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a for a in [
@@ -165,10 +171,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      '--mtt_init_lr, --mtt_image_lr, --mtt_lr_lr, '
                      '--mtt_momentum)'),
             build=flag_adapters.fed_ptr,
-            hparams=('mu', 'images_per_class', 'mtt_outer_steps',
-                     'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
-                     'update_every', 'mtt_init_lr', 'mtt_image_lr',
-                     'mtt_lr_lr', 'mtt_momentum')),
+            hparams=_FED_PTR_HPARAMS),
         Algorithm(
             name='fedptr',
             summary=('FedPTR (client side): each client matches the last '
@@ -179,10 +182,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      '--update_every of its participations (same flags as '
                      'fedptr_s)'),
             build=flag_adapters.fed_ptr_client,
-            hparams=('mu', 'images_per_class', 'mtt_outer_steps',
-                     'mtt_inner_steps', 'projection_steps', 'layer_adaptive',
-                     'update_every', 'mtt_init_lr', 'mtt_image_lr',
-                     'mtt_lr_lr', 'mtt_momentum')),
+            hparams=_FED_PTR_HPARAMS),
     ]
 }
 

@@ -308,18 +308,23 @@ def build_fed_yogi(
   w = w - learning_rate * m / (sqrt(v) + tau)
   ```
 
+  Unlike FedAdam's exponential average, v moves by at most (1 - beta_2) g**2
+  per round, toward g**2, so a single large update cannot erase it.
+
   Args:
     learning_rate: The server learning rate eta, non-negative.
-    tau: The adaptivity tau, non-negative; also sets v_{-1} = tau**2.
+    tau: The adaptivity tau, non-negative; v starts at tau**2 and tau is
+      added to sqrt(v) in the step; smaller is more adaptive.
     beta_1: The first-moment decay, in [0, 1).
-    beta_2: The second-moment decay, in [0, 1).
+    beta_2: Sets the size (1 - beta_2) of v's additive sign update, in
+      [0, 1).
 
   Returns:
-    A `tff.learning.optimizers.Optimizer`.
+    A `tff.learning.optimizers.Optimizer` whose state holds m and v.
 
   Raises:
-    ValueError: If `learning_rate` or `tau` is negative, or `beta_1` or
-      `beta_2` is not in [0, 1).
+    ValueError: If `learning_rate` or `tau` is negative, or either beta is
+      outside [0, 1).
   """
   return _FedAdaptive(_YOGI, learning_rate, tau=tau, beta_1=beta_1,
                       beta_2=beta_2)
