@@ -264,6 +264,9 @@ def _resolve_options(name: str, entry: _TaskEntry,
                      options: Mapping[str, Any]) -> dict[str, Any]:
   checked = {}
   for option in sorted(options):
+    if not entry.options:
+      raise ValueError(f'Unknown option {option!r}: task {name!r} takes no '
+                       'options.')
     if option not in entry.options:
       raise ValueError(
           f'Unknown option {option!r} for task {name!r}; known options: '

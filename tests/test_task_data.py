@@ -318,3 +318,13 @@ def test_example_sampler_is_uniform_over_examples_and_redrawn_per_round(
   # Fewer examples than asked: the whole split.
   assert sqlite_data.ExampleSampler(path, spec, num_examples=500,
                                     seed=0).size == 77
+
+
+def test_option_for_a_task_without_options_says_it_takes_none():
+  assert not tasks.task_options('emnist_cr')
+  with pytest.raises(ValueError) as e:
+    tasks.create_task('emnist_cr', train_client_spec=tff.simulation.baselines
+                      .ClientSpec(1, 20), use_synthetic_data=True,
+                      synthetic=True)
+  assert str(e.value) == ("Unknown option 'synthetic': task 'emnist_cr' "
+                          'takes no options.')

@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.round import client_work
+
 Evaluator = Callable[[tff.learning.models.ModelWeights], dict[str, object]]
 
 
@@ -45,11 +47,14 @@ def build_evaluator(
   def finalize(unfinalized):
     return {name: f(unfinalized[name]) for name, f in finalizers.items()}
 
+  # AutoGraph converts the loop, not Keras' forward pass (see client_work).
+  forward_pass = client_work.unconverted(model.forward_pass)
+
   @tf.function
   def run_pass():
     for batch in iter(dataset):
-      model.forward_pass(batch, training=False)
-    return model.report_local_unfinalized_metrics()
+      forward_pass(batch, training=False)
+    return client_work.unconverted(model.report_local_unfinalized_metrics)()
 
   def evaluate(model_weights: tff.learning.models.ModelWeights):
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, model_weights)
