@@ -21,7 +21,11 @@ rate 1, clients weighted by their number of examples), it times:
       plain `tf.function` per round (each client: reset to the global model,
       one pass over its batches, delta weighted by its examples; the
       weighted mean applied to the global model, all in TF) — no federated
-      machinery, no metrics.
+      machinery, no metrics. `floor xN` runs the same steps with N clients
+      at once (`--floor_concurrency`, default 2: one thread and model copy
+      each), as TFF does; for the LSTM workloads `floor xN gen` does too
+      with Keras' generic RNN loop, the kernels TFF's graph-mode model
+      runs. a/c is to the fastest of these floors.
 
 (a) and (b) run under TFF's local C++ execution context, once for each
 setting of `--max_concurrent_clients` (`none` = TFF's default, no limit;
@@ -101,8 +105,10 @@ cuDNN). `benchmarks/lstm_options.py` times the two and the other options.
 """
 
 import argparse
+import concurrent.futures
 import math
 import os
+import queue
 import sys
 import time
 
@@ -193,6 +199,7 @@ class Workload:
     describe: One line saying what the workload is.
     sparse_floor: Whether the floor applies embedding gradients sparsely
       (`SPARSE_FLOOR_WORKLOADS`).
+    has_lstm: Whether the model has Keras `LSTM` layers.
   """
 
   def __init__(self, name: str, *, quick: bool,
@@ -216,6 +223,7 @@ class Workload:
     """
     self.name = name
     self.sparse_floor = name in SPARSE_FLOOR_WORKLOADS
+    self.has_lstm = name in ('so_nwp', 'shakespeare')
     self.tokens = None
     self.client_ids = None
     self._model_fn = None
@@ -334,7 +342,8 @@ class Workload:
         input_spec=self.input_spec, metrics=self.metrics_fn())
 
 
-FLOOR_LABELS = {'floor': 'floor (c)', 'floor_dense': 'floor dense'}
+FLOOR_LABELS = {'floor': 'floor (c)', 'floor_dense': 'floor dense',
+                'floor_concurrent': 'floor xN', 'floor_generic': 'floor xN gen'}
 
 
 def _sgd():
@@ -417,6 +426,93 @@ def floor_round_fn(workload: Workload, initial, *, sparse: bool = False):
 
   def run():
     round_fn(workload.datasets)
+
+  run.global_weights = global_weights
+  return run
+
+
+def concurrent_floor_round_fn(workload: Workload, initial, *,
+                              concurrency: int, sparse: bool = False,
+                              generic_lstm: bool = False):
+  """The floor with clients `concurrency` at a time, as TFF runs them.
+
+  Each of `concurrency` Python threads owns a copy of the Keras model and a
+  `tf.function` that trains it on one client from the global weights and
+  returns (examples * delta, examples); TensorFlow releases the GIL while a
+  graph runs, so the copies train side by side, each on TF's shared
+  intra-op pool. The threads' sums are added and applied to the global
+  model in this process. The steps and the weights are those of
+  `floor_round_fn` (a test checks it); what differs is only how the
+  clients' work is spread over the cores. Small-batch models (Shakespeare's
+  LSTM at batch 4) use one core badly per client, so this is the floor TFF
+  should be held to at 2 concurrent clients.
+
+  Args:
+    workload: The model, loss and client datasets.
+    initial: The global model's starting weights.
+    concurrency: Clients trained at once (threads), >= 1.
+    sparse: As `floor_round_fn`'s.
+    generic_lstm: Run each Keras `LSTM` layer by its generic RNN loop over
+      `LSTMCell`, the path TFF's graph-mode build takes, instead of the
+      fused `standard_lstm` function Keras picks for an eagerly built
+      model (the same weights; only the kernels differ).
+
+  Returns:
+    A no-argument callable running one round, with `global_weights` as
+    `floor_round_fn`'s.
+  """
+  if concurrency < 1:
+    raise ValueError(f'concurrency must be >= 1, got {concurrency}')
+  global_weights = [tf.Variable(v) for v in initial.trainable]
+  loss_fn = workload.loss_fn()
+
+  def build_client():
+    model = workload.keras_model_fn()
+    if generic_lstm:
+      for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.LSTM):
+          layer._could_use_gpu_kernel = False  # pylint: disable=protected-access
+    weights = model.trainable_variables
+
+    @tf.function
+    def client(dataset, start):
+      for variable, value in zip(weights, start):
+        variable.assign(value)
+      examples = tf.constant(0.0)
+      for x, y in dataset:
+        with tf.GradientTape() as tape:
+          loss = loss_fn(y, model(x, training=True))
+        gradients = tape.gradient(loss, weights)
+        for variable, gradient in zip(weights, gradients):
+          if sparse and isinstance(gradient, tf.IndexedSlices):
+            variable.scatter_sub(tf.IndexedSlices(
+                CLIENT_LR * gradient.values, gradient.indices,
+                gradient.dense_shape))
+          else:
+            variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
+        examples += tf.cast(tf.shape(y)[0], tf.float32)
+      return [examples * (s - v) for s, v in zip(start, weights)], examples
+
+    return client
+
+  free = queue.SimpleQueue()
+  for _ in range(concurrency):
+    free.put(build_client())
+  pool = concurrent.futures.ThreadPoolExecutor(concurrency)
+
+  def train(dataset, start):
+    client = free.get()
+    try:
+      return client(dataset, start)
+    finally:
+      free.put(client)
+
+  def run():
+    start = [tf.convert_to_tensor(v) for v in global_weights]
+    results = list(pool.map(lambda d: train(d, start), workload.datasets))
+    total = tf.add_n([examples for _, examples in results])
+    for i, variable in enumerate(global_weights):
+      variable.assign_sub(tf.add_n([sums[i] for sums, _ in results]) / total)
 
   run.global_weights = global_weights
   return run
@@ -522,6 +618,10 @@ def _parse_args(argv):
                       help='Skip (b), TFF\'s FedAvg.')
   parser.add_argument('--no_floor', action='store_true',
                       help='Skip (c), the plain-TF floor.')
+  parser.add_argument('--floor_concurrency', type=int, default=2,
+                      help='Also time the floor with this many clients at '
+                      'once (threads; LSTM workloads also with the generic '
+                      'RNN loop); 0 or 1: the sequential floor only.')
   parser.add_argument('--quick', action='store_true',
                       help='Tiny clients, 1 warm-up and 2 timed rounds.')
   args = parser.parse_args(argv)
@@ -531,6 +631,9 @@ def _parse_args(argv):
     parser.error(f'--warmup={args.warmup}: expected a non-negative integer')
   if args.floor_threads < 0:
     parser.error(f'--floor_threads={args.floor_threads}: expected >= 0')
+  if args.floor_concurrency < 0:
+    parser.error(f'--floor_concurrency={args.floor_concurrency}: expected '
+                 '>= 0')
   for flag in ('lstm_layers', 'lstm_units'):
     value = getattr(args, flag)
     if value is not None and args.workload != 'shakespeare':
@@ -606,6 +709,14 @@ def main(argv=None):
       if workload.sparse_floor:
         round_fns[('python', 'floor_dense')] = floor_round_fn(workload,
                                                               initial)
+      if args.floor_concurrency > 1:
+        round_fns[('python', 'floor_concurrent')] = concurrent_floor_round_fn(
+            workload, initial, concurrency=args.floor_concurrency,
+            sparse=workload.sparse_floor)
+        if workload.has_lstm:
+          round_fns[('python', 'floor_generic')] = concurrent_floor_round_fn(
+              workload, initial, concurrency=args.floor_concurrency,
+              sparse=workload.sparse_floor, generic_lstm=True)
     for setting in settings:
       setting.start()
       for name, process in processes:
@@ -623,7 +734,10 @@ def report(times, workload: Workload, algorithms) -> None:
   """Prints the table and the a/b, a/c and concurrency ratios."""
   wall = {key: common.median(w) for key, (w, _) in times.items()}
   cpu = {key: common.median(c) for key, (_, c) in times.items()}
-  floor = wall.get(('python', 'floor'))
+  # a/c is to the fastest floor: the floor is the best plain TF can do.
+  floors = {name: s for (label, name), s in wall.items()
+            if label == 'python' and name != 'floor_dense'}
+  floor = min(floors.values()) if floors else None
   table = common.Table([
       ('setting', 8, ''), ('process', 13, ''), ('s/round', 8, '.3f'),
       ('examples/s', 10, '.0f'), ('tokens/s', 9, '.0f'),
@@ -651,6 +765,10 @@ def report(times, workload: Workload, algorithms) -> None:
     print('FedOpt speed-up over the slowest setting: ' + ', '.join(
         f'{label} x{slowest / s:.2f}' for label, s in
         fedopt_by_setting.items()))
+  if floors:
+    best = min(floors, key=floors.get)
+    print(f'a/c is to the fastest floor, {FLOOR_LABELS[best]} '
+          f'({floor:.3f} s per round).')
   print(f'after the run: {common.load_average()}', flush=True)
 
 if __name__ == '__main__':

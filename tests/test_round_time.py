@@ -105,6 +105,7 @@ def test_real_clients_are_drawn_and_preprocessed_by_the_task(tmp_path):
      '--lstm_layers=0: expected a positive integer'),
     (['--workload=shakespeare', '--data_dir=/no/such/dir'],
      '--data_dir=/no/such/dir: no such directory'),
+    (['--floor_concurrency=-1'], '--floor_concurrency=-1: expected >= 0'),
 ])
 def test_bad_flags_are_one_line_errors(argv, message, capsys):
   with pytest.raises(SystemExit):
@@ -135,3 +136,36 @@ def test_sparse_floor_trains_the_same_weights_as_the_dense_floor():
     for x, _ in dataset.as_numpy_iterator():
       touched.update(x.ravel().tolist())
   assert set(np.flatnonzero(moved)) == touched
+
+
+def test_concurrent_floors_train_the_sequential_floors_weights():
+  """`floor xN` (and its generic-LSTM variant) only spreads the clients.
+
+  Two rounds of Shakespeare's LSTM with 2 clients at once, fused and
+  generic kernels, end at the sequential floor's weights (float32 sums in
+  another order), on the same batches in the same order.
+  """
+  workload = round_time.Workload('shakespeare', quick=True, lstm_units=16)
+  assert workload.has_lstm
+  # The task shuffles each pass anew; cached, every pass is the first's.
+  workload.datasets = [d.cache() for d in workload.datasets]
+  initial = common.initial_weights(workload.model_fn, 0)
+  floors = [round_time.floor_round_fn(workload, initial)] + [
+      round_time.concurrent_floor_round_fn(
+          workload, initial, concurrency=2, generic_lstm=generic)
+      for generic in (False, True)]
+  for run in floors:
+    run()
+    run()
+  reference = [v.numpy() for v in floors[0].global_weights]
+  assert not np.allclose(reference[-1], initial.trainable[-1])
+  for run in floors[1:]:
+    for a, b in zip(run.global_weights, reference):
+      np.testing.assert_allclose(a.numpy(), b, rtol=1e-4, atol=1e-6)
+
+
+def test_concurrency_below_one_is_refused():
+  workload = round_time.Workload('emnist_cr', quick=True)
+  initial = common.initial_weights(workload.model_fn, 0)
+  with pytest.raises(ValueError, match='^concurrency must be >= 1, got 0$'):
+    round_time.concurrent_floor_round_fn(workload, initial, concurrency=0)
