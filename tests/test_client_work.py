@@ -1,8 +1,12 @@
 """The shared client work's typed hooks: `LocalObjective` and `ClientPasses`.
 
 One client through `client_work.build_local_training`, against NumPy SGD on
-the local objective; the passes before and after local training; and the
-errors a bad hook gets, with their exact messages.
+the local objective; the passes before and after local training; the errors
+a bad hook gets, with their exact messages; the number of batches H that
+`count_steps` gives; and the client loop with `PrecomputedHook`s (FedFOR's
+penalty, FedADC's embedded momentum and Nesterov look-ahead, whose
+per-client constants are computed once per client) against the papers'
+local steps in NumPy.
 """
 
 import collections
@@ -16,6 +20,7 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt.round import client_work
+from tff_opt.round import momentum
 from tff_opt.round import penalties
 
 CLIENT_LR = 0.1
@@ -174,3 +179,94 @@ def test_bad_hook_is_a_type_error_naming_it(make, message):
   with pytest.raises(TypeError) as error:
     make()
   assert str(error.value) == message
+
+
+@pytest.mark.parametrize('dataset, want', [
+    (tf.data.Dataset.range(7).batch(3), 3),  # Cardinality known.
+    (tf.data.Dataset.range(7).repeat(2).batch(2), 7),
+    (tf.data.Dataset.range(9).filter(lambda x: x % 2 == 0), 5),  # Unknown.
+])
+def test_count_batches_with_and_without_known_cardinality(dataset, want):
+  assert int(client_work._count_batches(dataset)) == want  # pylint: disable=protected-access
+
+
+# --- Per-client constants (`PrecomputedHook`) in the client loop --------------
+
+RNG = np.random.default_rng(7)
+BATCH = 2
+
+
+def _client_data():
+  (x, y), = tiny.make_clients(num_clients=1, seed=3, sizes=(8,))
+  return x, y
+
+
+def _client_delta(penalty, broadcast, *, look_ahead=None, count_steps=False):
+  """One client's delta through the shared loop (eagerly built, tiny model)."""
+  update = client_work._build_client_update(  # pylint: disable=protected-access
+      tiny.model_fn, tff.learning.optimizers.build_sgdm(CLIENT_LR),
+      client_work.LocalObjective(penalty=penalty, look_ahead=look_ahead,
+                                 count_steps=count_steps),
+      tff.learning.ClientWeighting.NUM_EXAMPLES)
+  x, y = _client_data()
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+  result, _, _ = update({'learning_rate': tf.constant(CLIENT_LR)}, broadcast,
+                        dataset)
+  return [t.numpy() for t in result.update]
+
+
+def _numpy_delta(start, extra_grad, shift=None):
+  """The same client in NumPy: SGD over batches of 2, loss + penalty.
+
+  `extra_grad(w)` is the penalty's gradient at w; `shift`, the look-ahead
+  offsets, moves the point where both gradients are taken (the step is
+  from the unshifted weights).
+  """
+  x, y = _client_data()
+  w = [np.asarray(t, np.float64) for t in start]
+  for i in range(0, len(y), BATCH):
+    at = w if shift is None else [a + s for a, s in zip(w, shift)]
+    g = tiny.softmax_ce_grad(at, x[i:i + BATCH].astype(np.float64),
+                             y[i:i + BATCH])
+    w = [a - CLIENT_LR * (b + c) for a, b, c in zip(w, g, extra_grad(at))]
+  return [s - a for s, a in zip(start, w)]
+
+
+def _model(arrays):
+  return tff.learning.models.ModelWeights([tf.constant(a) for a in arrays],
+                                          [])
+
+
+def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
+  start = tiny.initial_weights()
+  previous = [a + np.float32(0.05 * RNG.standard_normal(a.shape))
+              for a in start]
+  broadcast = {'model_weights': _model(start),
+               penalties.PREVIOUS_MODEL_KEY: _model(previous),
+               penalties.HAS_PREVIOUS_KEY: tf.constant(True)}
+  hooked = _client_delta(penalties.first_order_positive_hook(0.5), broadcast)
+  # Eq. 7's gradient: (alpha/eta) d_i where d_i (w_i - w_t,i) > 0, else 0.
+  d = [p - c for p, c in zip(previous, start)]
+  plain = _numpy_delta(start, lambda w: [
+      np.where(e * (a - c) > 0, (0.5 / CLIENT_LR) * e, 0.0)
+      for a, c, e in zip(w, start, d)])
+  unpenalized = _client_delta(None, broadcast)
+  for a, b in zip(hooked, plain):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert np.abs(hooked[0] - unpenalized[0]).max() > 1e-4  # The penalty acts.
+
+
+def test_client_loop_with_fed_adc_hooks_matches_numpy_nesterov():
+  start = tiny.initial_weights()
+  m = [np.float32(RNG.standard_normal(a.shape)) for a in start]
+  broadcast = {'model_weights': _model(start),
+               momentum.MOMENTUM_KEY: [tf.constant(a) for a in m]}
+  hooked = _client_delta(momentum.embedded_momentum_hook(0.9), broadcast,
+                         look_ahead=momentum.nesterov_look_ahead_hook(0.9),
+                         count_steps=True)
+  # Algorithm 3 (red), H = 4 batches: w <- w - eta (g(w - eta m_bar) + m_bar).
+  m_bar = [0.9 * a / 4 for a in m]
+  plain = _numpy_delta(start, lambda _: m_bar,
+                       shift=[-CLIENT_LR * a for a in m_bar])
+  for a, b in zip(hooked, plain):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -95,13 +95,3 @@ def test_model_weights_and_hparams_accessors(process):
   new_state = process.set_hparams(state, hparams)
   assert process.get_hparams(new_state)['client_work'][
       'learning_rate'] == pytest.approx(0.02)
-
-
-def test_reserved_extra_name_is_rejected():
-  with tf.Graph().as_default():
-    weights_type = tff.learning.models.weights_type_from_model(tiny.model_fn())
-  with pytest.raises(ValueError, match="extras_fn must not return the reserved "
-                     "key 'model_weights'"):
-    distributors.with_finalizer_state(
-        weights_type, tff.TensorType(np.float32),
-        lambda s: {'model_weights': s})

@@ -2,12 +2,10 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.round import penalties
 
 ALPHA = 0.05
 CLIENT_LR = 0.1
@@ -90,27 +88,6 @@ def test_alpha_zero_is_fed_avg():
   for got, want in zip(tiny.trainable(process, state),
                        numpy_fed_for(clients, 0.0)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-def test_penalty_value_and_gradient_closed_form():
-  current = [np.float32([1.0, 1.0, 1.0, 1.0])]
-  previous = [np.float32([2.0, 0.0, 2.0, 1.0])]  # d = [1, -1, 1, 0]
-  weights = [tf.Variable([1.5, 1.5, 0.5, 3.0])]  # w - w_t = [.5, .5, -.5, 2]
-  broadcast = {
-      'model_weights': tff.learning.models.ModelWeights(current, []),
-      'previous_model_weights': tff.learning.models.ModelWeights(previous, []),
-      'has_previous': tf.constant(True),
-  }
-  with tf.GradientTape() as tape:
-    value = penalties.first_order_positive_hook(2.0)(weights, broadcast,
-                                                     learning_rate=0.5)
-  # Only coordinate 0 has d_i (w_i - w_t,i) > 0: 0.5 * 1 * (2 / 0.5) = 2.
-  assert float(value) == pytest.approx(2.0)
-  np.testing.assert_allclose(tape.gradient(value, weights)[0],
-                             [4.0, 0.0, 0.0, 0.0])
-  broadcast['has_previous'] = tf.constant(False)
-  assert float(penalties.first_order_positive_hook(2.0)(
-      weights, broadcast, learning_rate=0.5)) == 0.0
 
 
 def test_rejects_negative_alpha():

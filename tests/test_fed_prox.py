@@ -2,12 +2,10 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.round import penalties
 
 MU = 0.5
 CLIENT_LR = 0.1
@@ -67,19 +65,6 @@ def test_sign_of_proximal_term_is_textbook_not_tff_0_87(fed_prox):
   for got, want in zip(tiny.trainable(tff_process, theirs), minus):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   assert np.abs(plus[0] - minus[0]).max() > 1e-3
-
-
-def test_proximal_penalty_gradient_is_mu_times_distance():
-  anchor = [np.float32([[1.0, -2.0]]), np.float32([0.5])]
-  weights = [tf.Variable([[2.0, 1.0]]), tf.Variable([0.0])]
-  broadcast = tff.learning.models.ModelWeights(trainable=anchor,
-                                               non_trainable=[])
-  with tf.GradientTape() as tape:
-    value = penalties.proximal(weights, broadcast, learning_rate=0.1, mu=0.3)
-  grads = tape.gradient(value, weights)
-  assert float(value) == pytest.approx(0.15 * (1 + 9 + 0.25))
-  np.testing.assert_allclose(grads[0], [[0.3, 0.9]], rtol=1e-6)
-  np.testing.assert_allclose(grads[1], [-0.15], rtol=1e-6)
 
 
 @pytest.mark.parametrize('mu', [-0.1, float('nan'), 'big'])

@@ -18,7 +18,6 @@ from tests import binary
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_ptr
-from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import mtt
 
@@ -94,26 +93,6 @@ def test_client_global_cosine_matches_numpy(fed_avg_run):
   got = float(outputs[0].metrics['aggregator']['client_global_cosine'])
   assert got == pytest.approx(np.mean(cosines), rel=1e-5)
   assert 0.0 < got < 1.0
-
-
-def test_cosine_aggregator_against_numpy_with_a_dropped_client():
-  value_type = tff.types.to_type([np.float32, (np.float32, [2])])
-  process = aggregators.ClientCosineFactory().create(
-      value_type, tff.TensorType(np.float32))
-  rng = np.random.default_rng(3)
-  values = [[np.float32(rng.normal()), rng.normal(size=2).astype(np.float32)]
-            for _ in range(4)]
-  weights = [2.0, 1.0, 0.0, 5.0]  # The third client dropped out.
-  output = process.next(process.initialize(), values, weights)
-  flat = [np.concatenate([[v[0]], v[1]]).astype(np.float64) for v in values]
-  mean = sum(w * f for w, f in zip(weights, flat)) / sum(weights)
-  np.testing.assert_allclose(np.concatenate([[output.result[0]],
-                                             output.result[1]]), mean,
-                             rtol=1e-6)
-  cosines = [f @ mean / (np.linalg.norm(f) * np.linalg.norm(mean))
-             for f, w in zip(flat, weights) if w > 0]
-  assert float(output.measurements['client_global_cosine']) == (
-      pytest.approx(np.mean(cosines), rel=1e-5))
 
 
 def test_no_projection_constant_mu_is_fed_prox_toward_w_t():

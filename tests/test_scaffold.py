@@ -11,7 +11,6 @@ import tensorflow_federated as tff
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.program import training_loop
-from tff_opt.round import client_states
 
 CLIENT_LR = 0.1
 LOCAL_STEPS = 3
@@ -175,20 +174,6 @@ def test_client_states_survive_checkpoint_and_resume(scaffold, tmp_path):
                                           round_num=r) for r in range(1, 6)]
   before = set(sampled[0]) | set(sampled[1])
   assert before & (set(sampled[2]) | set(sampled[3]) | set(sampled[4]))
-
-
-def test_pack_unpack_round_trip():
-  initial = {'initialized': np.bool_(False),
-             'control_variate': [np.zeros((2,), np.float32)]}
-  states = {'b': {'initialized': np.bool_(True),
-                  'control_variate': [np.float32([1.0, 2.0])]}}
-  packed = client_states.pack(['a', 'b', 'c'], states, initial)
-  np.testing.assert_array_equal(packed['seen'], [False, True, False])
-  assert packed['states']['control_variate'][0].shape == (3, 2)
-  unpacked = client_states.unpack(['a', 'b', 'c'], packed, initial)
-  assert list(unpacked) == ['b']
-  np.testing.assert_array_equal(unpacked['b']['control_variate'][0],
-                                [1.0, 2.0])
 
 
 def test_rejects_bad_num_clients():

@@ -15,7 +15,6 @@ import pytest
 
 from binaries import sweep
 from tasks import paper_settings
-from tff_opt.program import analysis
 
 ROUNDS = 150
 
@@ -59,55 +58,6 @@ def _output_dir(argv):
 
 def _never(argv, log_path):
   raise AssertionError(f'nothing should be launched, got {argv}')
-
-
-# --- analysis: the numbers the rule is made of ------------------------------
-
-
-def test_window_mean_is_over_the_last_100_rounds(tmp_path):
-  write_run(str(tmp_path), [float(r) for r in range(1, ROUNDS + 1)])
-  rows = analysis.read_metrics(str(tmp_path))
-  # Rounds 51..150.
-  assert analysis.window_mean(rows, 'train_loss') == pytest.approx(100.5)
-  # eval_accuracy only on rounds 60, 70, ..., 150 inside the window.
-  assert analysis.window_mean(rows, 'eval_accuracy') == pytest.approx(
-      np.mean(np.arange(60, 151, 10)) / 1000)
-  assert analysis.window_mean(rows, 'train_loss', window=1) == 150.0
-  with pytest.raises(ValueError, match=r'^window must be a positive '
-                     r'integer, got 0\.$'):
-    analysis.window_mean(rows, 'train_loss', window=0)
-
-
-def test_shorter_run_averages_all_its_rounds(tmp_path):
-  write_run(str(tmp_path), [float(r) for r in range(1, 31)])
-  rows = analysis.read_metrics(str(tmp_path))
-  assert analysis.selection_score(rows) == pytest.approx(15.5)
-
-
-def test_non_finite_loss_in_window_scores_infinity(tmp_path):
-  losses = [1.0] * ROUNDS
-  losses[120] = math.nan
-  write_run(str(tmp_path), losses)
-  assert analysis.selection_score(analysis.read_metrics(str(tmp_path))) == (
-      math.inf)
-
-
-def test_ties_go_to_smaller_client_lr_then_server_lr_then_larger_tau():
-  c = analysis.Candidate
-  assert analysis.select_best([
-      c(0.1, 0.01, 1e-3, 0.5), c(0.03, 0.1, 1e-3, 0.5),
-      c(0.03, 0.01, 1e-4, 0.5), c(0.03, 0.01, 1e-2, 0.5),
-      c(1.0, 1.0, 1e-1, 0.7)
-  ]) == c(0.03, 0.01, 1e-2, 0.5)
-  # A lower score wins over every tie-break.
-  assert analysis.select_best([c(0.03, 0.01, 1e-2, 0.5),
-                               c(1.0, 1.0, 1e-5, 0.4999)]) == c(
-                                   1.0, 1.0, 1e-5, 0.4999)
-  # No tau (SGD servers) counts as the largest tau.
-  assert analysis.select_best([c(0.1, 1.0, 1e-1, 0.5),
-                               c(0.1, 1.0, None, 0.5)]).server_tau is None
-  with pytest.raises(ValueError, match='^candidates must not be empty'):
-    analysis.select_best([])
 
 
 # --- the sweep binary on fabricated points -----------------------------------
@@ -361,19 +311,6 @@ def test_usage_errors(tmp_path, capsys, args, message):
 def test_sweep_dir_is_required(capsys):
   assert _run_main(['--grid=paper'], _never) == 2
   assert capsys.readouterr().err == 'sweep: error: --sweep_dir is required.\n'
-
-
-def test_rejected_round_in_window_scores_infinity_even_with_a_zero_loss():
-  """Older runs logged rejected rounds with train_loss 0.0 (issue 16.1)."""
-  rows = [{'round': r, 'train_loss': 0.5, 'update_non_finite': 0.0}
-          for r in range(1, 151)]
-  assert analysis.selection_score(rows) == pytest.approx(0.5)
-  rows[140] = {'round': 141, 'train_loss': 0.0, 'update_non_finite': 1.0}
-  assert analysis.selection_score(rows) == math.inf
-  # Outside the window (round 41 of 150, window 100) it does not count.
-  rows[140] = {'round': 141, 'train_loss': 0.5, 'update_non_finite': 0.0}
-  rows[40] = {'round': 41, 'train_loss': 0.0, 'update_non_finite': 1.0}
-  assert analysis.selection_score(rows) == pytest.approx(0.5)
 
 
 def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):

@@ -1,0 +1,141 @@
+"""Reading runs back (`tff_opt/program/analysis.py`) on fabricated metrics.
+
+The paper's selection rule's numbers (the mean over the last 100 rounds, a
+shorter run's mean, +inf for a diverged or rejected round in the window,
+the tie-breaks between grid points) and the report's (final value, rounds
+to a target in the metric's direction), on `metrics.csv` files and rows
+written by the test. The binaries that use them are tested in
+tests/test_sweep.py and tests/test_report.py.
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from tests import test_sweep
+from tff_opt.program import analysis
+
+# The sweep tests' fabricated runs: `metrics.csv` as the training loop
+# writes it, evaluated every 10 rounds.
+ROUNDS = test_sweep.ROUNDS
+write_run = test_sweep.write_run
+
+
+# --- The selection rule -----------------------------------------------------
+
+
+def test_window_mean_is_over_the_last_100_rounds(tmp_path):
+  write_run(str(tmp_path), [float(r) for r in range(1, ROUNDS + 1)])
+  rows = analysis.read_metrics(str(tmp_path))
+  # Rounds 51..150.
+  assert analysis.window_mean(rows, 'train_loss') == pytest.approx(100.5)
+  # eval_accuracy only on rounds 60, 70, ..., 150 inside the window.
+  assert analysis.window_mean(rows, 'eval_accuracy') == pytest.approx(
+      np.mean(np.arange(60, 151, 10)) / 1000)
+  assert analysis.window_mean(rows, 'train_loss', window=1) == 150.0
+  with pytest.raises(ValueError, match=r'^window must be a positive '
+                     r'integer, got 0\.$'):
+    analysis.window_mean(rows, 'train_loss', window=0)
+
+
+def test_shorter_run_averages_all_its_rounds(tmp_path):
+  write_run(str(tmp_path), [float(r) for r in range(1, 31)])
+  rows = analysis.read_metrics(str(tmp_path))
+  assert analysis.selection_score(rows) == pytest.approx(15.5)
+
+
+def test_non_finite_loss_in_window_scores_infinity(tmp_path):
+  losses = [1.0] * ROUNDS
+  losses[120] = math.nan
+  write_run(str(tmp_path), losses)
+  assert analysis.selection_score(analysis.read_metrics(str(tmp_path))) == (
+      math.inf)
+
+
+def test_ties_go_to_smaller_client_lr_then_server_lr_then_larger_tau():
+  c = analysis.Candidate
+  assert analysis.select_best([
+      c(0.1, 0.01, 1e-3, 0.5), c(0.03, 0.1, 1e-3, 0.5),
+      c(0.03, 0.01, 1e-4, 0.5), c(0.03, 0.01, 1e-2, 0.5),
+      c(1.0, 1.0, 1e-1, 0.7)
+  ]) == c(0.03, 0.01, 1e-2, 0.5)
+  # A lower score wins over every tie-break.
+  assert analysis.select_best([c(0.03, 0.01, 1e-2, 0.5),
+                               c(1.0, 1.0, 1e-5, 0.4999)]) == c(
+                                   1.0, 1.0, 1e-5, 0.4999)
+  # No tau (SGD servers) counts as the largest tau.
+  assert analysis.select_best([c(0.1, 1.0, 1e-1, 0.5),
+                               c(0.1, 1.0, None, 0.5)]).server_tau is None
+  with pytest.raises(ValueError, match='^candidates must not be empty'):
+    analysis.select_best([])
+
+
+def test_rejected_round_in_window_scores_infinity_even_with_a_zero_loss():
+  """Older runs logged rejected rounds with train_loss 0.0 (issue 16.1)."""
+  rows = [{'round': r, 'train_loss': 0.5, 'update_non_finite': 0.0}
+          for r in range(1, 151)]
+  assert analysis.selection_score(rows) == pytest.approx(0.5)
+  rows[140] = {'round': 141, 'train_loss': 0.0, 'update_non_finite': 1.0}
+  assert analysis.selection_score(rows) == math.inf
+  # Outside the window (round 41 of 150, window 100) it does not count.
+  rows[140] = {'round': 141, 'train_loss': 0.5, 'update_non_finite': 0.0}
+  rows[40] = {'round': 41, 'train_loss': 0.0, 'update_non_finite': 1.0}
+  assert analysis.selection_score(rows) == pytest.approx(0.5)
+
+
+# --- The report's numbers -----------------------------------------------------
+
+
+def test_read_metrics_types_its_cells(tmp_path):
+  with open(os.path.join(tmp_path, 'metrics.csv'), 'w') as f:
+    f.write('round,train_loss,eval_accuracy,note\n'
+            '1,0.5,,x\n'
+            ',9.0,9.0,\n'          # No round: not a row.
+            '2,nan,0.25,\n')
+  rows = analysis.read_metrics(str(tmp_path))
+  assert [r['round'] for r in rows] == [1, 2]
+  assert isinstance(rows[0]['round'], int)
+  assert rows[0] == {'round': 1, 'train_loss': 0.5, 'eval_accuracy': None,
+                     'note': None}
+  assert math.isnan(rows[1]['train_loss'])
+  assert rows[1]['eval_accuracy'] == 0.25
+  with pytest.raises(FileNotFoundError):
+    analysis.read_metrics(str(tmp_path / 'missing'))
+
+
+ROWS = [
+    {'round': 3, 'eval_accuracy': 0.7, 'eval_error': 0.2},
+    {'round': 1, 'eval_accuracy': 0.2, 'eval_error': 0.6},
+    {'round': 2, 'eval_accuracy': math.nan, 'eval_error': None},
+    {'round': 4, 'eval_accuracy': None, 'eval_error': 0.1},
+]
+
+
+@pytest.mark.parametrize('metric, target, want', [
+    ('eval_accuracy', 0.5, 3),   # Higher is better: the first >= 0.5.
+    ('eval_accuracy', 0.2, 1),   # Reached at once (rows out of order).
+    ('eval_accuracy', 0.9, None),
+    ('eval_error', 0.3, 3),      # Lower is better: the first <= 0.3.
+    ('eval_error', 0.05, None),
+])
+def test_rounds_to_target_goes_the_metrics_way(metric, target, want):
+  assert analysis.rounds_to_target(ROWS, metric, target) == want
+
+
+def test_which_metrics_are_lower_is_better():
+  assert [analysis.lower_is_better(m) for m in (
+      'train_loss', 'eval_error', 'Eval_MSE', 'perplexity',
+      'eval_accuracy', 'round_seconds')] == [True] * 4 + [False] * 2
+
+
+def test_final_value_and_last_round_skip_unmeasured_rows():
+  # Evaluated on rounds 1 and 2, not on round 3.
+  rows = [{'round': 1, 'eval_accuracy': 0.2, 'train_loss': None},
+          {'round': 2, 'eval_accuracy': 0.6, 'train_loss': None},
+          {'round': 3, 'eval_accuracy': None, 'train_loss': None}]
+  assert analysis.final_value(rows, 'eval_accuracy') == 0.6
+  assert analysis.final_value(rows, 'train_loss') is None
+  assert analysis.last_round(rows) == 3
+  assert analysis.last_round([]) == 0
