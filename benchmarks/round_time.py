@@ -373,6 +373,28 @@ def build_tff_fed_avg(workload: Workload, loop: str):
       loop_implementation=implementation)
 
 
+def _local_sgd(model, loss_fn, weights, dataset, sparse):
+  """One client's pass of plain SGD (inside a `tf.function`); its examples.
+
+  `sparse`: an embedding's gradient (`tf.IndexedSlices`) updates only the
+  rows it touches (`scatter_sub`), else it is densified first.
+  """
+  examples = tf.constant(0.0)
+  for x, y in dataset:
+    with tf.GradientTape() as tape:
+      loss = loss_fn(y, model(x, training=True))
+    gradients = tape.gradient(loss, weights)
+    for variable, gradient in zip(weights, gradients):
+      if sparse and isinstance(gradient, tf.IndexedSlices):
+        variable.scatter_sub(tf.IndexedSlices(
+            CLIENT_LR * gradient.values, gradient.indices,
+            gradient.dense_shape))
+      else:
+        variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
+    examples += tf.cast(tf.shape(y)[0], tf.float32)
+  return examples
+
+
 def floor_round_fn(workload: Workload, initial, *, sparse: bool = False):
   """The floor (c): one round of local SGD + weighted delta mean in TF.
 
@@ -395,14 +417,6 @@ def floor_round_fn(workload: Workload, initial, *, sparse: bool = False):
   for variable, value in zip(weights, initial.trainable):
     variable.assign(value)
 
-  def apply(variable, gradient):
-    if sparse and isinstance(gradient, tf.IndexedSlices):
-      variable.scatter_sub(tf.IndexedSlices(
-          CLIENT_LR * gradient.values, gradient.indices,
-          gradient.dense_shape))
-    else:
-      variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
-
   @tf.function
   def round_fn(datasets):
     sums = [tf.zeros_like(v) for v in global_weights]
@@ -410,14 +424,7 @@ def floor_round_fn(workload: Workload, initial, *, sparse: bool = False):
     for dataset in datasets:  # Unrolled: one loop per client.
       for variable, value in zip(weights, global_weights):
         variable.assign(value)
-      examples = tf.constant(0.0)
-      for x, y in dataset:
-        with tf.GradientTape() as tape:
-          loss = loss_fn(y, model(x, training=True))
-        gradients = tape.gradient(loss, weights)
-        for variable, gradient in zip(weights, gradients):
-          apply(variable, gradient)
-        examples += tf.cast(tf.shape(y)[0], tf.float32)
+      examples = _local_sgd(model, loss_fn, weights, dataset, sparse)
       sums = [s + examples * (g - v)
               for s, g, v in zip(sums, global_weights, weights)]
       total += examples
@@ -478,19 +485,7 @@ def concurrent_floor_round_fn(workload: Workload, initial, *,
     def client(dataset, start):
       for variable, value in zip(weights, start):
         variable.assign(value)
-      examples = tf.constant(0.0)
-      for x, y in dataset:
-        with tf.GradientTape() as tape:
-          loss = loss_fn(y, model(x, training=True))
-        gradients = tape.gradient(loss, weights)
-        for variable, gradient in zip(weights, gradients):
-          if sparse and isinstance(gradient, tf.IndexedSlices):
-            variable.scatter_sub(tf.IndexedSlices(
-                CLIENT_LR * gradient.values, gradient.indices,
-                gradient.dense_shape))
-          else:
-            variable.assign_sub(CLIENT_LR * tf.convert_to_tensor(gradient))
-        examples += tf.cast(tf.shape(y)[0], tf.float32)
+      examples = _local_sgd(model, loss_fn, weights, dataset, sparse)
       return [examples * (s - v) for s, v in zip(start, weights)], examples
 
     return client
