@@ -154,7 +154,10 @@ class GainLarger:
   """`method`'s gain over `other` is larger in `larger` than in `smaller`.
 
   The gain is the difference in the better direction of the measure
-  (labelled the same in both settings).
+  (labelled the same in both settings). A seed supports the claim only if
+  the gain at `larger` is a gain (> 0) and exceeds the gain at `smaller`:
+  d_s = min(gain_larger - gain_smaller, gain_larger). A loss that shrinks
+  with the setting is not the claimed growing gain.
   """
   method: str
   other: str
@@ -181,7 +184,8 @@ class GainLarger:
         if va is not None and vb is not None:
           gains[label][seed] = sign * (va - vb)
     seeds = sorted(set(gains[self.larger]) & set(gains[self.smaller]))
-    diffs = [gains[self.larger][s] - gains[self.smaller][s] for s in seeds]
+    diffs = [min(gains[self.larger][s] - gains[self.smaller][s],
+                 gains[self.larger][s]) for s in seeds]
     return paired_verdict(diffs), (
         f'gain at {self.larger} {_fmt(list(gains[self.larger].values()), "diff")}'
         f', at {self.smaller} '

@@ -125,6 +125,19 @@ def test_gain_larger_compares_the_gains_seed_by_seed():
   assert numbers == 'gain at E=8 +7.50 ± 3.54, at E=1 +1.50 ± 0.71'
 
 
+def test_a_shrinking_loss_is_not_a_growing_gain():
+  """FedFOR at alpha 5 loses 51 points at E=8 and 65 at E=1: not the claim."""
+  claim = _claim((Measure('final', 'final'),), settings=('E=8', 'E=1'))
+  values = {('F', 'E=8', 'final'): {0: 40.0, 1: 41.0},
+            ('A', 'E=8', 'final'): {0: 91.0, 1: 92.0},
+            ('F', 'E=1', 'final'): {0: 26.0, 1: 27.0},
+            ('A', 'E=1', 'final'): {0: 91.0, 1: 92.0}}
+  verdict, numbers = claims.GainLarger('F', 'A', 'E=8', 'E=1',
+                                       'final').evaluate(claim, values)
+  assert verdict == 'not reproduced'
+  assert numbers == 'gain at E=8 -51.00 ± 0.00, at E=1 -65.00 ± 0.00'
+
+
 def test_within_reads_the_spread_of_the_means():
   claim = _claim((Measure('acc', 'final'),))
   values = {('A', 'S', 'acc'): {0: 57.0, 1: 58.0},
