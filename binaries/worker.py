@@ -83,13 +83,6 @@ flags.DEFINE_float('start_timeout', 120.0, 'Seconds to wait for TFF\'s C++ '
 
 FLAGS = flags.FLAGS
 
-_SERVICE_PREFIX = '/tensorflow_federated.v0.ExecutorGroup/'
-_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
-_GRPC_OPTIONS = (
-    ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
-)
 _PR_SET_PDEATHSIG = 1
 _LOOPBACK = ('127.0.0.1', 'localhost', '::1', '[::1]')
 
@@ -148,7 +141,7 @@ class _Relay:
 
   def service(self, handler_call_details):
     method = handler_call_details.method
-    if not method.startswith(_SERVICE_PREFIX):
+    if not method.startswith(worker_env.EXECUTOR_SERVICE_PREFIX):
       return None  # UNIMPLEMENTED: the trainer's connection probe.
     with self._lock:
       forward = self._callables.get(method)
@@ -197,7 +190,7 @@ def serve() -> int:
   server = None
   try:
     channel = grpc.insecure_channel(f'127.0.0.1:{internal_port}',
-                                    _GRPC_OPTIONS)
+                                    worker_env.GRPC_OPTIONS)
     ready = grpc.channel_ready_future(channel)
     deadline = time.monotonic() + FLAGS.start_timeout
     while True:
@@ -218,7 +211,7 @@ def serve() -> int:
     server = grpc.server(
         concurrent.futures.ThreadPoolExecutor(max_workers=FLAGS.threads),
         handlers=[_Relay(channel)],
-        options=_GRPC_OPTIONS + (('grpc.so_reuseport', 0),))
+        options=worker_env.GRPC_OPTIONS + (('grpc.so_reuseport', 0),))
     address = listen_address(FLAGS.host, FLAGS.port)
     try:
       if credentials_pair:

@@ -349,14 +349,6 @@ _install_hooks()
 # forwarding, a VPN); TLS (`tls_root_certificates`) authenticates the worker
 # to the client and encrypts the traffic, but does not authenticate clients.
 
-_RPC_METHOD_PREFIX = '/tensorflow_federated.v0.ExecutorGroup/'
-# TFF's own channel options (2 GB messages: model weights and datasets).
-_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
-GRPC_OPTIONS = (
-    ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
-)
 # gRPC codes that mean the worker cannot be reached (stopped, crashed,
 # network down) rather than that it refused a computation.
 _UNREACHABLE_CODES = ('UNAVAILABLE', 'DEADLINE_EXCEEDED', 'CANCELLED')
@@ -546,7 +538,7 @@ def worker_channel(address: str, *,
                    tls_root_certificates: bytes | None = None
                    ) -> grpc.Channel:
   """A gRPC channel to a TFF worker: TLS when root certificates are given."""
-  options = GRPC_OPTIONS + _KEEPALIVE_OPTIONS
+  options = worker_env.GRPC_OPTIONS + _KEEPALIVE_OPTIONS
   if tls_root_certificates is None:
     return grpc.insecure_channel(address, options)
   credentials = grpc.ssl_channel_credentials(

@@ -22,6 +22,18 @@ the C++ worker it starts without loading TensorFlow.
 
 from typing import Optional
 
+# How TFF's executor service is reached, by the trainer's channels
+# (`runtime`) and by the TLS relay in front of a worker (`binaries.worker`):
+# every RPC path starts with the service's name, and messages (model
+# weights, datasets) may be up to TFF's own 2 GB.
+EXECUTOR_SERVICE_PREFIX = '/tensorflow_federated.v0.ExecutorGroup/'
+MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
+GRPC_OPTIONS = (
+    ('grpc.max_message_length', MAX_MESSAGE_BYTES),
+    ('grpc.max_receive_message_length', MAX_MESSAGE_BYTES),
+    ('grpc.max_send_message_length', MAX_MESSAGE_BYTES),
+)
+
 ONEDNN_ENV = 'TF_ENABLE_ONEDNN_OPTS'
 INTRA_OP_THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
 
