@@ -43,13 +43,12 @@ within a spread of each other) read the means over seeds.
 
 import csv
 import dataclasses
-import math
 import os
 import statistics
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Mapping, Sequence
+from typing import Optional
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
