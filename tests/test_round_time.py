@@ -18,6 +18,7 @@ from benchmarks import common
 from benchmarks import round_time
 from tasks import shakespeare
 from tasks import sqlite_data
+from tff_opt.program import runtime
 
 SPEC = (tf.TensorSpec([None, 80], tf.int64), tf.TensorSpec([None, 80],
                                                            tf.int64))
@@ -169,3 +170,44 @@ def test_concurrency_below_one_is_refused():
   initial = common.initial_weights(workload.model_fn, 0)
   with pytest.raises(ValueError, match='^concurrency must be >= 1, got 0$'):
     round_time.concurrent_floor_round_fn(workload, initial, concurrency=0)
+
+
+def _in_fixed_order(dataset, batch):
+  """`dataset`'s first pass, replayed in the same order on any worker."""
+  xs, ys = zip(*dataset.unbatch().as_numpy_iterator())
+  return tf.data.Dataset.from_tensor_slices(
+      (np.stack(xs), np.stack(ys))).batch(batch)
+
+
+def test_worker_floor_trains_the_sequential_floors_weights():
+  """`floor worker` runs the floor's steps on TFF's worker, nothing else.
+
+  Two rounds of a small Shakespeare LSTM on 4 clients (2 at a time on the
+  worker) end at the in-process sequential floor's weights: the same SGD
+  steps from the broadcast weights and the same example-weighted mean of
+  the deltas, within float32 summation order. The batches are fixed
+  tensors, since a shuffle (or a `cache`) would start anew on the worker.
+  """
+  workload = round_time.Workload('shakespeare', quick=True, lstm_units=8,
+                                 lstm_layers=1)
+  workload.datasets = [_in_fixed_order(d, round_time.SHAKESPEARE_BATCH)
+                       for d in workload.datasets]
+  initial = common.initial_weights(workload.model_fn, 0)
+  federated_round = round_time.build_worker_floor(workload, initial)
+  floor = round_time.floor_round_fn(workload, initial)
+  worker = round_time.worker_floor_round_fn(federated_round, workload,
+                                            initial)
+  setting = round_time.Setting('2')
+  runtime.set_local_execution_context()
+  try:
+    setting.start()
+    for _ in range(2):
+      floor()
+      setting.wrap(worker)()
+  finally:
+    runtime.shutdown()
+  reference = [v.numpy() for v in floor.global_weights]
+  assert not np.allclose(reference[-1], initial.trainable[-1])
+  assert len(worker.global_weights) == len(reference)
+  for a, b in zip(worker.global_weights, reference):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
