@@ -270,3 +270,62 @@ def test_client_loop_with_fed_adc_hooks_matches_numpy_nesterov():
                        shift=[-CLIENT_LR * a for a in m_bar])
   for a, b in zip(hooked, plain):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _lstm_bn_model_fn(extra_trainable=False):
+  """An LSTM (orthogonal recurrent initializer: a QR) and a batch norm."""
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.LSTM(4, input_shape=(3, 2)),
+        tf.keras.layers.BatchNormalization(),
+        tf.keras.layers.Dense(2)])
+    if extra_trainable:  # Trainable, but not among the model's variables.
+      tf.Variable(lambda: tf.ones([3]), shape=[3], dtype=tf.float32,
+                  trainable=True, name='unlisted')
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True),
+        input_spec=(tf.TensorSpec([None, 3, 2], tf.float32),
+                    tf.TensorSpec([None], tf.int32)))
+
+  return model_fn
+
+
+def _initial_values(build):
+  """(op types in the graph, {variable name: initial value}) of `build()`."""
+  graph = tf.Graph()
+  with graph.as_default():
+    model = build()
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      values = {v.name: session.run(v) for v in tf.compat.v1.global_variables()}
+  return {op.type for op in graph.get_operations()}, model, values
+
+
+def test_model_to_overwrite_skips_trainable_initializers_only():
+  plain_ops, _, plain = _initial_values(_lstm_bn_model_fn())
+  ops, model, values = _initial_values(
+      lambda: client_work.model_to_overwrite(_lstm_bn_model_fn()))
+  assert 'Qr' in plain_ops
+  assert not {o for o in ops if o == 'Qr' or 'Random' in o}
+  trainable = {v.name for v in model.trainable_variables}
+  assert len(trainable) == 3 + 2 + 2  # LSTM, batch norm's scale/offset, dense.
+  assert set(values) == set(plain)
+  for name, value in values.items():
+    if name in trainable:
+      np.testing.assert_array_equal(value, np.zeros_like(plain[name]))
+    else:  # Batch-norm statistics keep their initializers (variance: ones).
+      np.testing.assert_array_equal(value, plain[name])
+  assert any(np.all(v == 1) and v.size for n, v in values.items()
+             if 'moving_variance' in n)
+
+
+def test_model_to_overwrite_rebuilds_when_a_trainable_is_unlisted():
+  ops, model, values = _initial_values(
+      lambda: client_work.model_to_overwrite(_lstm_bn_model_fn(True)))
+  # The first, zeroed build is dropped; the model returned is built as is.
+  assert 'Qr' in ops
+  kernels = [values[v.name] for v in model.trainable_variables
+             if 'kernel' in v.name]
+  assert kernels and all(np.any(k != 0) for k in kernels)

@@ -145,7 +145,8 @@ def build_self_confidence_loss(distill_lambda: float, temperature: float
   """
 
   def builder(model_fn):
-    teacher = model_fn()
+    # Its weights are the broadcast model's, assigned before every use.
+    teacher = client_work_lib.model_to_overwrite(model_fn)
     teacher_weights = tff.learning.models.ModelWeights.from_model(teacher)
 
     def loss_fn(model, batch, output, broadcast, context):
