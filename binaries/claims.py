@@ -17,7 +17,8 @@ every paper; running the same command again skips finished points and
 resumes the others from their checkpoints. Runs are one queue, `--parallel`
 at a time; as each run ends the reports are rewritten:
 
-    <out_dir>/claims.md        every claim, its numbers and its verdict
+    <out_dir>/claims.md        every claim run now or with a finished run
+                               in <out_dir>, its numbers and its verdict
     <out_dir>/claims.csv       the same, one row per check
     <out_dir>/<claim>/table.md the claim's grid: mean +- std over seeds
     <out_dir>/<claim>/curves.png  the metric against rounds, per setting
@@ -678,7 +679,13 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
 def write_reports(claims: Sequence[Claim],
                   points_by_claim: Mapping[str, Sequence[reproduce.Point]],
                   *, out_dir: str, seeds: int, command: str) -> str:
-  """Writes every claim's table and curves and the summary; returns it."""
+  """Writes the tables and curves of `claims`, and the summary; returns it.
+
+  The summary has a row for every claim in `points_by_claim` (in `CLAIMS`'
+  order), which may hold more claims than `claims`: `main` adds those
+  with finished runs in `out_dir`, so that a run of some claims does not
+  drop the others from `claims.md`.
+  """
   summary = ['# The papers\' claims on real data, at reduced scale', '',
              f'Made by `{command}` (resumable: the same command continues '
              'the runs not finished). Verdicts: reproduced / not reproduced '
@@ -687,14 +694,18 @@ def write_reports(claims: Sequence[Claim],
              '| paper | claim | setting here | verdict | checks |',
              '|---|---|---|---|---|']
   csv_rows = []
-  for claim in claims:
+  rendered = {claim.name for claim in claims}
+  for claim in CLAIMS.values():
+    if claim.name not in points_by_claim:
+      continue
     points = points_by_claim[claim.name]
     values = values_of(claim, points)
-    work = claim_dir(out_dir, claim)
-    os.makedirs(work, exist_ok=True)
-    text = render_claim(claim, values, seeds=seeds)
-    _write(os.path.join(work, reproduce.TABLE_MD), text)
-    plot_curves(claim, points, os.path.join(work, CURVES_PNG))
+    if claim.name in rendered:
+      work = claim_dir(out_dir, claim)
+      os.makedirs(work, exist_ok=True)
+      _write(os.path.join(work, reproduce.TABLE_MD),
+             render_claim(claim, values, seeds=seeds))
+      plot_curves(claim, points, os.path.join(work, CURVES_PNG))
     overall, results = evaluate(claim, values)
     finished = sum(sweep.is_finished(p.output_dir, p.rounds) for p in points)
     checks = '<br>'.join(f'{c.describe()}: {v} ({n})'
@@ -764,9 +775,17 @@ def main(argv: Sequence[str],
   points_by_claim = {
       c.name: points_of(c, seeds=FLAGS.seeds, out_dir=FLAGS.out_dir,
                         data_dir=FLAGS.data_dir) for c in claims}
+  # The summary keeps the claims not run now that have finished runs.
+  summarised = dict(points_by_claim)
+  for other in CLAIMS.values():
+    if other.name not in summarised:
+      points = points_of(other, seeds=FLAGS.seeds, out_dir=FLAGS.out_dir,
+                         data_dir=FLAGS.data_dir)
+      if any(sweep.is_finished(p.output_dir, p.rounds) for p in points):
+        summarised[other.name] = points
   command = 'python -m binaries.claims ' + ' '.join(argv[1:])
   if FLAGS.report_only:
-    print(write_reports(claims, points_by_claim, out_dir=FLAGS.out_dir,
+    print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
                         seeds=FLAGS.seeds, command=command), flush=True)
     return
   try:
@@ -796,7 +815,7 @@ def main(argv: Sequence[str],
     # back the next batch); the reports are rewritten as each run ends.
     status = launcher(argv_, log_path)
     with report_lock:
-      write_reports(claims, points_by_claim, out_dir=FLAGS.out_dir,
+      write_reports(claims, summarised, out_dir=FLAGS.out_dir,
                     seeds=FLAGS.seeds, command=command)
     return status
 
@@ -804,7 +823,7 @@ def main(argv: Sequence[str],
                            launcher=launch_and_report,
                            log=lambda line: print(line, flush=True))
   failed = [job for job, status in outcome.items() if status == 'failed']
-  print(write_reports(claims, points_by_claim, out_dir=FLAGS.out_dir,
+  print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
                       seeds=FLAGS.seeds, command=command), flush=True)
   if failed:
     _fail(f'{len(failed)} runs failed: {", ".join(failed)}; see '

@@ -30,6 +30,8 @@ _FINAL = {
     'fedopt': (0.60, 0.62, 0.61),
     'slowmo': (0.65, 0.80, 0.66),
     'fedadc': (0.70, 0.75, 0.72),
+    'fedprox': (0.61, 0.63, 0.60),
+    'fedptr_s': (0.62, 0.64, 0.63),
 }
 
 
@@ -212,6 +214,23 @@ def test_reports_on_fabricated_runs(tmp_path, capsys):
     raise AssertionError(f'nothing should run, got {argv}')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=3'],
                launcher=never) == 0
+
+
+def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2']) == 0
+  fedadc_table = open(os.path.join(out, 'fedadc', 'table.md')).read()
+  assert _main(['--claims=fedptr', f'--out_dir={out}', '--seeds=2']) == 0
+  summary = open(os.path.join(out, 'claims.md')).read()
+  rows = [line for line in summary.splitlines() if line.startswith('| ')]
+  assert [r.split(' | ')[0] for r in rows[1:]] == [
+      '| FedADC', '| Federated Learning with Projected Trajectory '
+      'Regularization']
+  assert '6/6 runs finished' in rows[1]
+  with open(os.path.join(out, 'claims.csv')) as f:
+    assert {r['claim'] for r in csv.DictReader(f)} == {'fedadc', 'fedptr'}
+  # Only the claims run are re-rendered; the others' tables stay as they were.
+  assert open(os.path.join(out, 'fedadc', 'table.md')).read() == fedadc_table
 
 
 def test_one_seed_is_pending(tmp_path):
