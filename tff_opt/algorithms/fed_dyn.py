@@ -66,6 +66,7 @@ from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
+from tff_opt.round import finalizers
 from tff_opt.round import penalties
 
 H_KEY = 'h'
@@ -179,8 +180,7 @@ def _fed_dyn_recipe(weights_type, *, alpha, num_clients, server_optimizer_fn):
       aggregator_fn=functools.partial(dynamic_aggregator, alpha=alpha,
                                       num_clients=num_clients),
       finalizer_fn=lambda _: (
-          tff.learning.templates.build_apply_optimizer_finalizer(
-              server_optimizer_fn, weights_type)),
+          finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
       objective=client_work_lib.LocalObjective(
           penalty=functools.partial(penalties.dynamic, alpha=alpha)),
       initial_client_state=initial_client_state,

@@ -39,6 +39,7 @@ from tff_opt.algorithms import _common
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import composers
+from tff_opt.round import finalizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +178,6 @@ def penalized_fed_opt(
       distributor_fn=lambda _: distributor,
       aggregator_fn=(model_aggregator or tff.aggregators.MeanFactory()).create,
       finalizer_fn=lambda _: (
-          tff.learning.templates.build_apply_optimizer_finalizer(
-              server_optimizer_fn, weights_type)),
+          finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
       objective=client_work_lib.LocalObjective(penalty=penalty),
       passes=passes)
