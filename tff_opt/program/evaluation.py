@@ -36,7 +36,7 @@ def build_evaluator(
   """
   model = model_fn()
   weights = tff.learning.models.ModelWeights.from_model(model)
-  finalizers = model.metric_finalizers()
+  finalizers = client_work.unconverted_finalizers(model)
   unfinalized_type = tff.types.tensorflow_to_type(
       tf.nest.map_structure(lambda t: tf.TensorSpec.from_tensor(
           tf.convert_to_tensor(t)), model.report_local_unfinalized_metrics()))

@@ -216,8 +216,8 @@ def unconverted(fn):
       getattr(fn, 'python_function', fn))
 
 
-def _finalizer_unconverted(finalizer):
-  """A metric finalizer that AutoGraph leaves as written.
+def unconverted_finalizers(model) -> collections.OrderedDict:
+  """`model.metric_finalizers()`, each one left as written by AutoGraph.
 
   Keras-backed finalizers build a metric object per call and branch on
   Python values only, yet converting them (and what they call) took ~0.8 s
@@ -226,10 +226,12 @@ def _finalizer_unconverted(finalizer):
   `result()`: such a finalizer stays a `tf.function`, traced with
   `autograph=False`; any other callable is wrapped by `unconverted`.
   """
-  python_function = getattr(finalizer, 'python_function', None)
-  if python_function is None:
-    return unconverted(finalizer)
-  return tf.function(python_function, autograph=False)
+  finalizers = collections.OrderedDict()
+  for name, finalizer in model.metric_finalizers().items():
+    python_function = getattr(finalizer, 'python_function', None)
+    finalizers[name] = (unconverted(finalizer) if python_function is None
+                        else tf.function(python_function, autograph=False))
+  return finalizers
 
 
 def model_to_overwrite(model_fn):
@@ -484,9 +486,7 @@ def build_local_training(
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
-        collections.OrderedDict(
-            (name, _finalizer_unconverted(finalizer))
-            for name, finalizer in model.metric_finalizers().items()))
+        unconverted_finalizers(model))
     element_type = tff.types.tensorflow_to_type(model.input_spec)
     weights_type = tff.learning.models.weights_type_from_model(model)
   data_type = tff.SequenceType(element_type)
