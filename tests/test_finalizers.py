@@ -1,10 +1,11 @@
-"""`finalizers.apply_optimizer_with_extras`: a server step that keeps extras.
+"""`finalizers`: the server step, with extras and as TFF's own.
 
 The server optimizer's step on `aggregate['delta']` must be the one of
 `w <- w - lr * delta` (plain SGD here), the extras must follow
 `update_extras` after an accepted round and stay as they were after a
 rejected (non-finite) one, and the hyper-parameters are the optimizer's.
-Checked on hand-made aggregates against NumPy.
+Checked on hand-made aggregates against NumPy. `apply_optimizer` must be
+TFF's `build_apply_optimizer_finalizer` step for step.
 """
 
 import collections
@@ -99,3 +100,39 @@ def test_hparams_are_the_optimizers_and_keep_the_extras(finalizer):
                           _aggregate([1.0, -2.0], [0.0, 0.0], 1))
   np.testing.assert_allclose(output.result.trainable[0], [-0.1, 0.2],
                              rtol=1e-6)
+
+
+def test_apply_optimizer_is_tffs_finalizer_step_for_step():
+  """`apply_optimizer` leaves the optimizer unconverted, nothing else.
+
+  Adam (a state that changes every step) through TFF's own finalizer and
+  through `apply_optimizer`: the same state, weights and measurements after
+  two accepted rounds and a rejected (non-finite) one, and the same
+  hyper-parameters, set and read back.
+  """
+  adam = tff.learning.optimizers.build_adam(learning_rate=0.1)
+  ours = finalizers.apply_optimizer(adam, WEIGHTS_TYPE)
+  theirs = tff.learning.templates.build_apply_optimizer_finalizer(
+      adam, WEIGHTS_TYPE)
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.float32([1.0, -2.0])], non_trainable=[np.float32([3.0])])
+  states = [ours.initialize(), theirs.initialize()]
+  results = [weights, weights]
+  for delta in ([0.5, -1.0], [0.25, 2.0], [np.nan, 1.0]):
+    outputs = [process.next(state, result, [np.float32(delta)])
+               for process, state, result in zip((ours, theirs), states,
+                                                 results)]
+    states = [o.state for o in outputs]
+    results = [o.result for o in outputs]
+    tf.nest.map_structure(np.testing.assert_array_equal, states[0],
+                          states[1])
+    tf.nest.map_structure(np.testing.assert_array_equal, results[0],
+                          results[1])
+    assert outputs[0].measurements == outputs[1].measurements
+  assert outputs[0].measurements[finalizers.UPDATE_NON_FINITE_KEY] == 1
+  assert not np.array_equal(results[0].trainable[0], weights.trainable[0])
+  hparams = ours.get_hparams(states[0])
+  assert hparams == theirs.get_hparams(states[1])
+  hparams['learning_rate'] = 0.01
+  assert ours.get_hparams(ours.set_hparams(states[0], hparams))[
+      'learning_rate'] == pytest.approx(0.01)
