@@ -26,6 +26,13 @@ TLS when given root certificates. SECURITY: a TFF worker executes whatever
 computation it is sent, so an exposed worker is remote code execution: run
 workers only on a private network or behind an authenticated tunnel.
 
+TFF waits for a worker it starts by checking, once a second
+(`executor_factory._LOCALHOST_SERVER_WAIT_TIME_SEC`), whether it answers;
+the worker answers within a fraction of a second, so every start slept 1
+to 2 s. `create_local_execution_context` makes that check every
+`WORKER_POLL_SECONDS` (50 ms) instead; a test fails if TFF drops the
+constant.
+
 `configure_gpus` applies GPU memory growth and logical GPUs; without a GPU
 it logs one line and does nothing.
 """
@@ -48,6 +55,7 @@ from tensorflow_federated.python.core.backends.native import compiler as native_
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_stub
@@ -55,6 +63,8 @@ from tensorflow_federated.python.core.impl.executors import remote_executor_stub
 from tff_opt.program import worker_env
 
 _WORKER_NAME = 'worker_binary'
+# How often a local worker TFF starts is checked for readiness (TFF: 1 s).
+WORKER_POLL_SECONDS = 0.05
 _lock = threading.Lock()
 _hooks_installed = False
 
@@ -202,6 +212,8 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
   env = worker_env.worker_environment(intra_op_threads=intra_op_threads,
                                       onednn=onednn)
   _install_hooks()
+  # Read by TFF's worker start at call time (see the module docstring).
+  executor_factory._LOCALHOST_SERVER_WAIT_TIME_SEC = WORKER_POLL_SECONDS  # pylint: disable=protected-access
   context = tff.backends.native.create_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=(max_concurrent_clients or -1))
   if env:
