@@ -508,7 +508,14 @@ def _fedptr_claim() -> Claim:
           f'may leave a client empty), every non-empty client every round '
           f'(--clients_per_round=0), 1 epoch, batch 50, client SGD lr '
           f'0.05, mu 0.1 for FedPTR-S and 0.01 for FedProx, small_cnn, '
-          f'{rounds} rounds; MTT {_PTR_MTT} at the server. Client-side FedPTR '
+          f'{rounds} rounds; MTT {_PTR_MTT} at the server. Batch 50 gives '
+          f'~8 local steps per epoch on a client\'s ~400 images, as the '
+          f'paper\'s batch 500 gives 10-12 on 5,000-6,000; plain SGD (the '
+          f'momentum of the paper\'s client SGD was lost from our copy); mu '
+          f'0.1 lies between the values the paper\'s sensitivity test calls '
+          f'too small (0.01, "may not have any effect") and too large (1.0, '
+          f'slow convergence); its best value was lost from our copy. '
+          f'Client-side FedPTR '
           f'is not run here: every client runs the MTT that costs FedPTR-S '
           f'~22 s per round on this 2-core machine, ~4 h per run'),
       methods=(Method('FedAvg', _FEDAVG),
