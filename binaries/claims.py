@@ -677,8 +677,9 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
     ax.legend(fontsize=8)
   if drawn:
     fig.tight_layout()
-    fig.savefig(path + '.tmp.png', dpi=100)
-    os.replace(path + '.tmp.png', path)
+    tmp = _temporary(path) + '.png'
+    fig.savefig(tmp, dpi=100)
+    os.replace(tmp, path)
   plt.close(fig)
   return drawn
 
@@ -727,7 +728,7 @@ def write_reports(claims: Sequence[Claim],
                        len(points)])
   text = '\n'.join(summary) + '\n'
   _write(os.path.join(out_dir, SUMMARY_MD), text)
-  tmp = os.path.join(out_dir, SUMMARY_CSV + '.tmp')
+  tmp = _temporary(os.path.join(out_dir, SUMMARY_CSV))
   with open(tmp, 'w', newline='') as f:
     writer = csv.writer(f)
     writer.writerow(['claim', 'claim_verdict', 'check', 'check_verdict',
@@ -737,10 +738,21 @@ def write_reports(claims: Sequence[Claim],
   return text
 
 
+def _temporary(path: str) -> str:
+  """A name beside `path` that no other process writes.
+
+  Two `binaries.claims` processes (say one per claim, to use both cores)
+  rewrite the same `claims.md` and `claims.csv` as their runs end; with
+  one shared temporary name the later `os.replace` could find it gone.
+  """
+  return f'{path}.{os.getpid()}.tmp'
+
+
 def _write(path: str, text: str) -> None:
-  with open(path + '.tmp', 'w') as f:
+  tmp = _temporary(path)
+  with open(tmp, 'w') as f:
     f.write(text)
-  os.replace(path + '.tmp', path)
+  os.replace(tmp, path)
 
 
 # --- The binary --------------------------------------------------------------

@@ -209,6 +209,11 @@ def test_reports_on_fabricated_runs(tmp_path, capsys):
   with open(os.path.join(out, 'claims.csv')) as f:
     rows = list(csv.DictReader(f))
   assert [r['check_verdict'] for r in rows] == ['reproduced', 'inconclusive']
+  # Every report went through a temporary of this process's own, renamed.
+  left = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs
+          if '.tmp' in f]
+  assert not left, left
+  assert claims._temporary('x/claims.md') == f'x/claims.md.{os.getpid()}.tmp'
   # The same command again launches nothing.
   def never(argv, log_path):
     raise AssertionError(f'nothing should run, got {argv}')
