@@ -505,6 +505,7 @@ def run(hparams: dict) -> None:
     process = registry.build_process(
         hparams['algorithm'], task.model_fn, **shared,
         fedbn=hparams.get('fedbn', False), num_clients=len(client_ids),
+        client_epochs=hparams['client_epochs'],
         **{h: hparams[h]
            for h in registry.ALGORITHMS[hparams['algorithm']].flags})
   except flag_adapters.FlagError as e:

@@ -125,11 +125,12 @@ def test_passes_before_and_after_local_training():
                           for w, a in zip(weights, broadcast['anchor'])])
 
   def report_fn(model, dataset, broadcast, *, delta, num_steps,
-                learning_rate):
+                learning_rate, num_examples):
     del model, dataset, broadcast, delta
     return collections.OrderedDict(
         steps=tf.cast(num_steps, tf.float32),
-        lr=tf.cast(learning_rate, tf.float32))
+        lr=tf.cast(learning_rate, tf.float32),
+        examples=tf.cast(num_examples, tf.float32))
 
   work = client_work.build_local_training(
       tiny.model_fn, _sgd(),
@@ -141,11 +142,14 @@ def test_passes_before_and_after_local_training():
   final = tiny.local_sgd(
       start, *_client(), CLIENT_LR, LOCAL_STEPS,
       extra_grad=lambda w: [MU * (a - b) for a, b in zip(w, anchor)])
-  assert list(result.update) == [client_work.DELTA_KEY, 'steps', 'lr']
+  assert list(result.update) == [client_work.DELTA_KEY, 'steps', 'lr',
+                                 'examples']
   for got, a, f in zip(result.update[client_work.DELTA_KEY], start, final):
     np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
   assert float(result.update['steps']) == LOCAL_STEPS
   assert float(result.update['lr']) == pytest.approx(CLIENT_LR)
+  # Every epoch counts: 3 full batches of the 7 examples.
+  assert float(result.update['examples']) == LOCAL_STEPS * len(_client()[1])
   assert float(measurements[client_work.PREPARE_KEY]['batches']) == (
       LOCAL_STEPS)
 

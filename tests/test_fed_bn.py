@@ -237,6 +237,21 @@ def test_unsupported_base_and_missing_hparams():
     algorithms.build_fed_bn(algorithms.build_fed_prox, bn_model_fn,
                             client_optimizer_fn=_sgd(0.1),
                             server_optimizer_fn=_sgd(1.0))
+  # FedCurv's client_epochs may be given, not required; cross_silo is not
+  # FedBN's to pass.
+  with pytest.raises(ValueError, match=r'^FedBN over fedcurv takes the '
+                     r'hyper-parameters lam \(optional: client_epochs\); '
+                     r'got client_epochs, cross_silo, lam\.$'):
+    algorithms.build_fed_bn('fedcurv', bn_model_fn,
+                            client_optimizer_fn=_sgd(0.1),
+                            server_optimizer_fn=_sgd(1.0), lam=0.1,
+                            client_epochs=2, cross_silo=True)
+  with pytest.raises(ValueError, match=r'^client_epochs must be a positive '
+                     r'integer, got 0\.$'):
+    algorithms.build_fed_bn('fedcurv', bn_model_fn,
+                            client_optimizer_fn=_sgd(0.1),
+                            server_optimizer_fn=_sgd(1.0), lam=0.1,
+                            client_epochs=0)
 
 
 FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',

@@ -83,6 +83,83 @@ def test_fisher_diagonal_is_mean_of_per_example_squared_gradients():
   assert np.abs(want[0] - batch_grad[0]**2).max() > 1e-3
 
 
+@pytest.mark.parametrize('num_examples', [14, 13])
+def test_fisher_report_reads_one_of_the_epochs(num_examples):
+  """With E = 2 epochs in the dataset only its first ceil(n_E / 2) count.
+
+  The dataset's second "epoch" holds other examples, so reading it would
+  change the result; 13 examples trained on (a `take` that cut the last
+  epoch) still means the first ceil(13 / 2) = 7.
+  """
+  (x, y), (x2, y2) = tiny.make_clients(num_clients=2, sizes=(7, 7), seed=8)
+  model = tiny.model_fn()
+  weights = tiny.initial_weights()
+  for variable, value in zip(model.trainable_variables, weights):
+    variable.assign(value)
+  dataset = tf.data.Dataset.from_tensor_slices(
+      (np.concatenate([x, x2]), np.concatenate([y, y2]))).batch(4)
+  report = fed_curv._fisher_report(  # pylint: disable=protected-access
+      model, dataset, None, delta=None, num_steps=tf.constant(4, tf.int64),
+      learning_rate=CLIENT_LR,
+      num_examples=tf.constant(num_examples, tf.int64), client_epochs=2)
+  want = numpy_fisher([t.astype(np.float64) for t in weights], x, y)
+  for g, e in zip(report[fed_curv.FISHER_KEY], want):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+  for fw, e, w in zip(report[fed_curv.FISHER_WEIGHTS_KEY], want, weights):
+    np.testing.assert_allclose(fw, e * w, rtol=1e-5, atol=1e-7)
+  # One epoch: every example counts, as before.
+  whole = fed_curv._fisher_report(  # pylint: disable=protected-access
+      model, dataset, None, delta=None, num_steps=tf.constant(4, tf.int64),
+      learning_rate=CLIENT_LR, num_examples=tf.constant(14, tf.int64),
+      client_epochs=1)
+  both = numpy_fisher([t.astype(np.float64) for t in weights],
+                      np.concatenate([x, x2]), np.concatenate([y, y2]))
+  for g, e in zip(whole[fed_curv.FISHER_KEY], both):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+
+
+def test_one_epoch_of_a_shuffled_repeated_dataset_is_the_full_mean():
+  """The tasks' shuffle -> repeat(E) -> batch: the first 1/E is one epoch."""
+  x, y = tiny.make_clients(num_clients=1, sizes=(9,), seed=12)[0]
+  model = tiny.model_fn()
+  weights = tiny.initial_weights()
+  for variable, value in zip(model.trainable_variables, weights):
+    variable.assign(value)
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
+      9, seed=3).repeat(3).batch(4)
+  got = fed_curv.empirical_fisher_diagonal(model, dataset, max_examples=9)
+  want = numpy_fisher([t.astype(np.float64) for t in weights], x, y)
+  for g, e in zip(got, want):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+
+
+def test_process_takes_the_fisher_over_the_first_epoch():
+  """build_fed_curv(client_epochs=2): trained on both, Fisher on the first.
+
+  One client whose two "epochs" are different full batches (x, then x2):
+  round 1 (u = v = 0) is two plain SGD steps; u is then F at the final
+  weights over x alone.
+  """
+  (x, y), (x2, y2) = tiny.make_clients(num_clients=2, sizes=(6, 6), seed=21)
+  process = _build(client_epochs=2)
+  state = tiny.set_weights(process, process.initialize(),
+                           tiny.initial_weights())
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(6).concatenate(
+      tf.data.Dataset.from_tensor_slices((x2, y2)).batch(6))
+  state = process.next(state, [dataset]).state
+  w = tiny.local_sgd(tiny.initial_weights(), x, y, CLIENT_LR, 1)
+  w = tiny.local_sgd(w, x2, y2, CLIENT_LR, 1)
+  for got, want in zip(state.finalizer['extras']['fisher_sum'],
+                       numpy_fisher(w, x, y)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_rejects_bad_client_epochs():
+  with pytest.raises(ValueError, match=r'^client_epochs must be a positive '
+                     r'integer, got 0\.$'):
+    _build(client_epochs=0)
+
+
 def test_matches_numpy_fed_curv(fed_curv_process):
   clients = tiny.make_clients()
   process = fed_curv_process
@@ -202,3 +279,4 @@ def test_registry_runs_eq3_by_default():
   stateless = registry.build_process('fedcurv', tiny.model_fn,
                                      fedcurv_exact='off', **common)
   assert not isinstance(stateless, client_states.ClientStatefulProcess)
+

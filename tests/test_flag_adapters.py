@@ -201,7 +201,27 @@ def test_fedcurv_exact_flag_picks_cross_silo(given, cross_silo, shared,
   registry.build_process('fedcurv', tiny.model_fn, **shared, lam=0.01,
                          fedcurv_exact=given, num_clients=10)
   [(_, kwargs)] = build.calls
-  assert kwargs == {'lam': 0.01, 'cross_silo': cross_silo, **shared}
+  assert kwargs == {'lam': 0.01, 'cross_silo': cross_silo,
+                    'client_epochs': 1, **shared}
+
+
+@pytest.mark.parametrize('client_epochs, want', [(5, 5), (None, 1)])
+def test_fedcurv_takes_the_tasks_client_epochs(client_epochs, want, shared,
+                                               record):
+  # binaries.train passes its resolved --client_epochs (the epochs each
+  # client dataset holds); FedCurv's Fisher runs over one of them.
+  build = record('build_fed_curv')
+  registry.build_process('fedcurv', tiny.model_fn, **shared, lam=0.01,
+                         fedcurv_exact='off', num_clients=10,
+                         client_epochs=client_epochs)
+  [(_, kwargs)] = build.calls
+  assert kwargs['client_epochs'] == want
+  # An algorithm that does not take it is not given it.
+  build = record('build_fed_prox')
+  registry.build_process('fedprox', tiny.model_fn, **shared, mu=0.1,
+                         client_epochs=5)
+  [(_, kwargs)] = build.calls
+  assert 'client_epochs' not in kwargs
 
 
 def test_fedadc_takes_client_sgd_learning_rate_and_no_server_optimizer(
@@ -260,9 +280,12 @@ def test_fedbn_over_feddyn_passes_alpha_and_population(shared, record):
                          feddyn_alpha=0.1, num_clients=9)
   registry.build_process('fedcurv', model_fn, **shared, fedbn=True, lam=0.2,
                          num_clients=9)
+  registry.build_process('fedcurv', model_fn, **shared, fedbn=True, lam=0.2,
+                         num_clients=9, client_epochs=3)
   assert build.calls == [
       (('feddyn', model_fn), {'alpha': 0.1, 'num_clients': 9, **shared}),
-      (('fedcurv', model_fn), {'lam': 0.2, **shared}),
+      (('fedcurv', model_fn), {'lam': 0.2, 'client_epochs': 1, **shared}),
+      (('fedcurv', model_fn), {'lam': 0.2, 'client_epochs': 3, **shared}),
   ]
 
 

@@ -313,16 +313,22 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
 
 
 class Base(NamedTuple):
-  """A base algorithm: its public builder and its recipe function."""
+  """A base algorithm: its public builder and its recipe function.
+
+  `optional` names the recipe's optional keyword arguments FedBN passes on
+  when given (FedCurv's `client_epochs`); the others keep their defaults.
+  """
   builder: Callable[..., Any]
   recipe: Callable[..., recipe_lib.RecipeFn]
+  optional: tuple[str, ...] = ()
 
 
 BASES = {
     'fedopt': Base(fed_opt.build_fed_opt, fed_opt.fed_opt_recipe),
     'fedprox': Base(fed_prox.build_fed_prox, fed_prox.fed_prox_recipe),
     'fedfor': Base(fed_for.build_fed_for, fed_for.fed_for_recipe),
-    'fedcurv': Base(fed_curv.build_fed_curv, fed_curv.fed_curv_recipe),
+    'fedcurv': Base(fed_curv.build_fed_curv, fed_curv.fed_curv_recipe,
+                    optional=('client_epochs',)),
     'feddyn': Base(fed_dyn.build_fed_dyn, fed_dyn.fed_dyn_recipe),
 }
 
@@ -340,10 +346,12 @@ def hparam_names(base: Base) -> tuple[str, ...]:
 def _base_recipe_fn(name, hparams, server_optimizer_fn):
   """The base's recipe function; its recipe checks the values."""
   expected = hparam_names(BASES[name])
-  if sorted(hparams) != sorted(expected):
+  optional = BASES[name].optional
+  if not set(expected) <= set(hparams) <= set(expected) | set(optional):
+    also = f' (optional: {", ".join(optional)})' if optional else ''
     raise ValueError(
         f'FedBN over {name} takes the hyper-parameters '
-        f'{", ".join(expected) or "(none)"}; got '
+        f'{", ".join(expected) or "(none)"}{also}; got '
         f'{", ".join(sorted(hparams)) or "(none)"}.')
   return BASES[name].recipe(server_optimizer_fn=server_optimizer_fn,
                             **hparams)
@@ -373,8 +381,8 @@ def build_fed_bn(
       builder's default (`UNIFORM` for FedDyn, else `NUM_EXAMPLES`).
     client_lr_schedule: Optional round number -> client learning rate.
     **base_hparams: The base builder's hyper-parameters, under its argument
-      names: `mu` (fedprox), `alpha` (fedfor), `lam` (fedcurv), `alpha`
-      and `num_clients` (feddyn).
+      names: `mu` (fedprox), `alpha` (fedfor), `lam` and optionally
+      `client_epochs` (fedcurv), `alpha` and `num_clients` (feddyn).
 
   Returns:
     A `client_states.ClientStatefulProcess`; client state

@@ -43,9 +43,18 @@ Choices written down (and tested):
 - Fisher: the loss used is the model's batch loss on one example (for the
   classification tasks here, -log p(y|x); a model's regularization losses
   would be included), with the model in inference mode (training=False).
-  The client's dataset holds its E local epochs; the mean is taken over
-  every element of it, which, each example appearing E times, is exactly
-  the mean over one epoch (at E times its cost).
+  It is the mean over ONE epoch of the client's examples. The client's
+  dataset holds its E local epochs (`client_epochs`; every task here
+  shuffles, then repeats E times, then batches), so the Fisher is taken
+  over the first ceil(n_E / E) of the n_E examples trained on: exactly one
+  epoch, each example once, which is the mean over all E epochs (each
+  example E times) up to float rounding, at 1/E of its cost. With
+  `client_epochs=1` (the builder's default) every example of the dataset
+  counts, whatever it holds. A dataset that repeats BEFORE shuffling (a
+  buffer spanning epochs) may show some example twice in its first
+  n_E / E: an unbiased one-epoch estimate, not the exact mean. Before this
+  choice the Fisher ran over all E epochs: FedCurv's claim runs (E = 5)
+  spent about as long on the Fisher as on training.
 - How the Fisher is computed (the same numbers either way):
   * Fast path, when `fisher.is_supported(model)`: the model is TFF's
     `from_keras_model` wrapper itself (its Keras model and its single
@@ -114,7 +123,8 @@ EXACT_CHOICES = ('auto', 'on', 'off')
 
 
 def empirical_fisher_diagonal(model, dataset, *,
-                              batch_size: int = FISHER_BATCH_SIZE):
+                              batch_size: int = FISHER_BATCH_SIZE,
+                              max_examples=None):
   """Mean over the dataset's examples of the squared per-example gradient.
 
   Fast path (`fisher.is_supported(model)`: a Keras chain of Dense / Conv2D
@@ -133,6 +143,9 @@ def empirical_fisher_diagonal(model, dataset, *,
     dataset: Batches of examples; each example counts on its own.
     batch_size: Examples per batch of the fast path (memory is bounded by
       it; the result does not depend on it).
+    max_examples: If given (an integer, or an integer scalar tensor), only
+      the dataset's first `max_examples` examples count (FedCurv: one
+      epoch of a dataset holding several).
 
   Returns:
     A list of tensors shaped like `model.trainable_variables`.
@@ -141,6 +154,9 @@ def empirical_fisher_diagonal(model, dataset, *,
     ValueError: If `batch_size` is not a positive integer.
   """
   checks.check_int('batch_size', batch_size)
+  if max_examples is not None:
+    dataset = dataset.unbatch().take(tf.cast(max_examples, tf.int64)).batch(
+        batch_size)
   chain = fisher.keras_chain(model)
   if chain is None:
     return _per_example_fisher(model, dataset)
@@ -172,9 +188,13 @@ def _per_example_fisher(model, dataset):
 
 
 def _fisher_report(model, dataset, broadcast, *, delta, num_steps,
-                   learning_rate):
+                   learning_rate, num_examples, client_epochs):
+  """F_k and F_k * w_k at the final local model, over one epoch."""
   del broadcast, delta, num_steps, learning_rate
-  fisher = empirical_fisher_diagonal(model, dataset)
+  one_epoch = None
+  if client_epochs > 1:  # ceil(n_E / E): one epoch (module docstring).
+    one_epoch = (num_examples + client_epochs - 1) // client_epochs
+  fisher = empirical_fisher_diagonal(model, dataset, max_examples=one_epoch)
   return collections.OrderedDict([
       (FISHER_KEY, fisher),
       (FISHER_WEIGHTS_KEY,
@@ -214,6 +234,7 @@ def build_fed_curv(
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     cross_silo: bool = False,
+    client_epochs: int = 1,
 ):
   """Builds a FedCurv process.
 
@@ -228,6 +249,10 @@ def build_fed_curv(
     client_lr_schedule: Optional round number -> client learning rate.
     cross_silo: Each client subtracts its own previous contribution from
       u, v (see the module docstring); clients then keep state.
+    client_epochs: The local epochs each client dataset holds (shuffled,
+      then repeated): the Fisher is taken over one of them, the first
+      1/`client_epochs` of the examples (see the module docstring). 1
+      (default): over the whole dataset.
 
   Returns:
     A `tff.learning.templates.LearningProcess` (or, with `cross_silo`, a
@@ -235,11 +260,13 @@ def build_fed_curv(
     `communication/{bytes_server_to_client, bytes_client_to_server}`.
 
   Raises:
-    ValueError: If `lam` is negative or not a finite number.
+    ValueError: If `lam` is negative or not a finite number, or
+      `client_epochs` is not a positive integer.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
   recipe_fn = fed_curv_recipe(lam=lam, server_optimizer_fn=server_optimizer_fn,
-                              cross_silo=cross_silo)
+                              cross_silo=cross_silo,
+                              client_epochs=client_epochs)
   return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
                              client_weighting, client_lr_schedule)
 
@@ -274,6 +301,7 @@ def fed_curv_recipe(
     lam: float,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     cross_silo: bool = False,
+    client_epochs: int = 1,
 ) -> recipe_lib.RecipeFn:
   """FedCurv's recipe (see the module docstring), for `recipe.assemble`.
 
@@ -281,18 +309,22 @@ def fed_curv_recipe(
   (plain sums over the round's clients) next to the server optimizer's
   state, and the distributor broadcasts them with w_t; the clients report
   their delta plus F_k and F_k * w_k (`_fisher_report`), averaged (delta)
-  and summed (the rest) by `aggregators.mean_delta_sum_rest`.
+  and summed (the rest) by `aggregators.mean_delta_sum_rest`; the Fisher
+  runs over one of the dataset's `client_epochs` epochs.
 
   Raises:
-    ValueError: If `lam` is negative or not a finite number.
+    ValueError: If `lam` is negative or not a finite number, or
+      `client_epochs` is not a positive integer.
   """
   checks.check_non_negative('lam', lam)
+  checks.check_int('client_epochs', client_epochs)
   return functools.partial(_fed_curv_recipe, lam=lam,
                            server_optimizer_fn=server_optimizer_fn,
-                           cross_silo=cross_silo)
+                           cross_silo=cross_silo, client_epochs=client_epochs)
 
 
-def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo):
+def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
+                     client_epochs):
   """`fed_curv_recipe`'s parts for one model-weights type."""
   _common.check_server_optimizer(server_optimizer_fn)
   zeros = tff_types.zeros_of(weights_type.trainable)
@@ -343,7 +375,8 @@ def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo):
       distributor_fn=distributor_fn,
       aggregator_fn=aggregators.mean_delta_sum_rest,
       finalizer_fn=finalizer_fn,
-      passes=client_work_lib.ClientPasses(report_fn=_fisher_report))
+      passes=client_work_lib.ClientPasses(report_fn=functools.partial(
+          _fisher_report, client_epochs=client_epochs)))
   if not cross_silo:
     return recipe_lib.Recipe(
         work_broadcast_type=broadcast_type,

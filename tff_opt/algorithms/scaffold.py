@@ -58,9 +58,9 @@ CONTROL_DELTA_KEY = 'control_delta'
 
 
 def _control_delta(model, dataset, broadcast, *, delta, num_steps,
-                   learning_rate):
+                   learning_rate, num_examples):
   """Delta c_i = (x_t - x_K) / (K eta) - c  (0 when K = 0)."""
-  del model, dataset
+  del model, dataset, num_examples
   k_eta = tf.cast(num_steps, tf.float32) * tf.cast(learning_rate, tf.float32)
   took_steps = num_steps > 0
   return collections.OrderedDict([(CONTROL_DELTA_KEY, [

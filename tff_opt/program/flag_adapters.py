@@ -206,8 +206,9 @@ def shared_arguments(hparams: Mapping[str, Any]) -> dict[str, Any]:
 #
 # Each takes the task's `model_fn`, the shared arguments (client_optimizer_fn,
 # server_optimizer_fn, client_weighting, client_lr_schedule; `common` below),
-# `num_clients` where the registry says `needs_num_clients`, and its
-# algorithm's flags under their flag names.
+# the task facts its registry entry names (`num_clients`, `client_epochs`;
+# `registry.Algorithm.task_facts`), and its algorithm's flags under their
+# flag names.
 
 
 def client_learning_rate(client_optimizer_fn: Any, algorithm: str) -> float:
@@ -250,19 +251,21 @@ def fed_for(model_fn, *, alpha, fedfor_grad_at_zero=None, **common):
       grad_at_zero=int(fedfor_grad_at_zero or 0), **common)
 
 
-def fed_curv(model_fn, *, lam, fedcurv_exact=None, num_clients=None,
-             **common):
+def fed_curv(model_fn, *, lam, fedcurv_exact=None, client_epochs=None,
+             num_clients=None, **common):
   """`--algorithm=fedcurv`: `--lam`; `--fedcurv_exact` picks `cross_silo`.
 
   'on' is the paper's Eq. 3 (client state), 'off' the stateless variant,
   'auto' (or `None`) Eq. 3 where its client state fits
-  (`fed_curv.resolve_exact`, which needs `num_clients`).
+  (`fed_curv.resolve_exact`, which needs `num_clients`). `--client_epochs`
+  (the epochs the task's client datasets hold; `None`: 1) lets the Fisher
+  run over one of them.
   """
   return algorithms.build_fed_curv(
       model_fn, lam=lam,
       cross_silo=fed_curv_lib.resolve_exact(fedcurv_exact or 'auto', model_fn,
                                             num_clients),
-      **common)
+      client_epochs=client_epochs or 1, **common)
 
 
 def _check_feddyn_alpha(feddyn_alpha) -> None:
@@ -349,7 +352,8 @@ def fed_bn(base: str, model_fn, *, num_clients=None, feddyn_alpha=None,
   """`--fedbn` over `base`: `build_fed_bn` with the base's flags.
 
   `--feddyn_alpha` is FedDyn's `alpha`, and `num_clients` reaches FedDyn
-  only (FedCurv + FedBN is the stateless variant, which does not need it).
+  only (FedCurv + FedBN is the stateless variant, which does not need it);
+  `client_epochs` reaches FedCurv's recipe (`None`: 1).
 
   Raises:
     FlagError: If a flag of the base is out of range, or (`about_model`)
@@ -358,6 +362,9 @@ def fed_bn(base: str, model_fn, *, num_clients=None, feddyn_alpha=None,
   if base == 'feddyn':
     _check_feddyn_alpha(feddyn_alpha)
     flags_and_common.update(alpha=feddyn_alpha, num_clients=num_clients)
+  elif base == 'fedcurv':
+    flags_and_common['client_epochs'] = (
+        flags_and_common.get('client_epochs') or 1)
   elif base == 'fedfor':
     _check_alpha(flags_and_common['alpha'])
   check_flag('fedbn', None,

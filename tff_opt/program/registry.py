@@ -39,8 +39,10 @@ class Algorithm:
     hparams: Names of the algorithm-specific hyper-parameters `build` takes.
     optional_hparams: Names `build` also takes, passed even when `None`
       (their flag's `None` means the algorithm's own default).
-    needs_num_clients: `build` takes `num_clients`, the number of training
-      clients of the task (FedDyn's m).
+    task_facts: What `build` takes of the task beside its model, among
+      `TASK_FACTS`: 'num_clients', the number of training clients (FedDyn's
+      m); 'client_epochs', the local epochs each client dataset holds
+      (FedCurv's Fisher runs over one of them).
     client_weighting: Its paper's averaging of client updates,
       'num_examples' or 'uniform': the binary's default when
       `--client_weighting` is not given.
@@ -56,7 +58,7 @@ class Algorithm:
   build: Callable[..., tff.learning.templates.LearningProcess]
   hparams: tuple[str, ...] = ()
   optional_hparams: tuple[str, ...] = ()
-  needs_num_clients: bool = False
+  task_facts: tuple[str, ...] = ()
   client_weighting: str = 'num_examples'
   server_rule: str = 'optimizer'
 
@@ -67,6 +69,7 @@ class Algorithm:
 
 
 SERVER_RULES = ('optimizer', 'sgd', 'own')
+TASK_FACTS = ('num_clients', 'client_epochs')
 
 # Both FedPTR sides take the same flags (fed_ptr.build_fed_ptr's).
 _FED_PTR_HPARAMS = ('mu', 'images_per_class', 'mtt_outer_steps',
@@ -139,7 +142,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             client_weighting='uniform',
             hparams=('lam',),
             optional_hparams=('fedcurv_exact',),
-            needs_num_clients=True),
+            task_facts=('num_clients', 'client_epochs')),
         Algorithm(
             name='feddyn',
             summary=('FedDyn (Acar et al. Algorithm 1): local objective '
@@ -151,7 +154,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             server_rule='sgd',
             client_weighting='uniform',
             hparams=('feddyn_alpha',),
-            needs_num_clients=True),
+            task_facts=('num_clients',)),
         Algorithm(
             name='scaffold',
             summary=('SCAFFOLD option II (Reddi et al. Algorithm 6): client '
@@ -160,7 +163,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                      'the task\'s training clients; server optimizer from '
                      '--server_opt'),
             build=flag_adapters.scaffold,
-            needs_num_clients=True),
+            task_facts=('num_clients',)),
         Algorithm(
             name='fedptr_s',
             summary=('FedPTR-S: server-side trajectory matching, broadcast '
@@ -190,13 +193,15 @@ ALGORITHMS: dict[str, Algorithm] = {
 def build_process(name: str, model_fn: Callable[[], Any], *,
                   client_optimizer_fn, server_optimizer_fn, client_weighting,
                   client_lr_schedule, fedbn: bool = False,
-                  num_clients: Optional[int] = None, **hparams):
+                  num_clients: Optional[int] = None,
+                  client_epochs: Optional[int] = None, **hparams):
   """Builds algorithm `name`, passing it only the hyper-parameters it takes.
 
   With `fedbn`, builds `name` + FedBN (`algorithms.fed_bn`: batch-norm
   layers local to each client) for the bases in `fed_bn.BASES`.
-  `num_clients` (the task's training population) goes to algorithms that
-  need it (`needs_num_clients`).
+  `num_clients` (the task's training population) and `client_epochs` (the
+  local epochs its client datasets hold) go to the algorithms that take
+  them (`Algorithm.task_facts`).
 
   Raises:
     flag_adapters.FlagError: If the adapter refuses one flag's value.
@@ -212,9 +217,8 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   if missing:
     raise ValueError(f'Algorithm {name!r} needs ' +
                      ', '.join(f'--{h}' for h in missing) + '.')
-  extra = {}
-  if algorithm.needs_num_clients:
-    extra['num_clients'] = num_clients
+  facts = dict(num_clients=num_clients, client_epochs=client_epochs)
+  extra = {fact: facts[fact] for fact in algorithm.task_facts}
   if fedbn:
     if name not in fed_bn.BASES:
       raise ValueError(f'--fedbn: algorithm {name!r} has no FedBN variant; '

@@ -175,10 +175,11 @@ class ClientPasses:
       work's measurements; it never leaves the client otherwise.
       Client-side FedPTR's trajectory matching.
     report_fn: `(model, dataset, broadcast, *, delta, num_steps,
-      learning_rate) -> {name: tensor structure}`, run after the last local
-      step with the model at its final local weights, `delta` the
-      gradient-form delta and `num_steps` the number of local steps taken
-      (int64). The client's update is then `{'delta': delta, **extras}`
+      learning_rate, num_examples) -> {name: tensor structure}`, run after
+      the last local step with the model at its final local weights,
+      `delta` the gradient-form delta, `num_steps` the number of local steps
+      taken and `num_examples` the examples they trained on (both int64;
+      every epoch the dataset holds counts). The client's update is then `{'delta': delta, **extras}`
       instead of the bare delta, and the aggregator must accept that
       structure (`aggregators.mean_delta_sum_rest`). Forward passes it
       makes do not change the training metrics (the model's metric
@@ -411,7 +412,8 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
       # The report's own forward passes must not count as training metrics.
       saved_metrics = [tf.identity(v) for v in model.local_variables]
       extras = report_fn(model, dataset, broadcast, delta=delta,
-                         num_steps=local_steps, learning_rate=learning_rate)
+                         num_steps=local_steps, learning_rate=learning_rate,
+                         num_examples=num_examples)
       for variable, value in zip(model.local_variables, saved_metrics):
         variable.assign(value)
       delta = collections.OrderedDict([(DELTA_KEY, delta)] +
