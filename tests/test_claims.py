@@ -32,6 +32,7 @@ _FINAL = {
     'fedadc': (0.70, 0.75, 0.72),
     'fedprox': (0.61, 0.63, 0.60),
     'fedptr_s': (0.62, 0.64, 0.63),
+    'fedfor': (0.50, 0.52, 0.51),
 }
 
 
@@ -219,6 +220,28 @@ def test_reports_on_fabricated_runs(tmp_path, capsys):
     raise AssertionError(f'nothing should run, got {argv}')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=3'],
                launcher=never) == 0
+
+
+def test_runs_keeps_the_matching_runs_only(tmp_path, capsys):
+  out = str(tmp_path / 'claims')
+  launched = []
+
+  def record(argv, log_path):
+    launched.append(os.path.basename(log_path))
+    return fabricate(argv, log_path)
+
+  assert _main(['--claims=fedfor', f'--out_dir={out}', '--seeds=2',
+                '--runs=fedfor__fedavg__e_8__*,*u_0_1__e_1__seed1'],
+               launcher=record) == 0
+  assert sorted(launched) == [
+      'fedfor__fedavg__e_8__seed0.log', 'fedfor__fedavg__e_8__seed1.log',
+      'fedfor__fedfor_u_0_1__e_1__seed1.log']
+  capsys.readouterr()
+  assert _main(['--claims=fedfor', f'--out_dir={out}',
+                '--runs=fedfor__nothing*']) == 2
+  assert capsys.readouterr().err == (
+      'claims: error: --runs=fedfor__nothing*: no run of fedfor matches '
+      f'(names as in {out}/logs, e.g. fedfor__fedavg__e_1__seed0).\n')
 
 
 def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
