@@ -17,11 +17,13 @@ follow the paper's settings where the paper gives them. Results go to
 
 Running again with the same `--output_dir` resumes from the last checkpoint
 and continues the same `metrics.csv`; `--rounds` may be raised to train on.
-A directory made with other settings is refused, never overwritten.
+A directory made with other settings is refused, never overwritten, and
+so is a directory another `binaries.train` is writing (`.lock`).
 """
 
 import ast
 import datetime
+import fcntl
 import json
 import os
 import sys
@@ -43,6 +45,9 @@ from tasks import data_errors  # pylint: disable=g-bad-import-order
 from tasks import sqlite_data  # pylint: disable=g-bad-import-order
 
 HPARAMS_FILE = 'hparams.json'
+# Held (flock) by the process writing the directory; holds its pid.
+LOCK_FILE = '.lock'
+_HELD_LOCKS = []  # Open lock files, held until this process exits.
 # Settings that may change when a run is resumed: they do not change what
 # the run computes.
 RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
@@ -443,6 +448,47 @@ def prepare_output_dir(hparams: dict) -> bool:
   return False
 
 
+def lock_output_dir(output_dir: str):
+  """Takes `output_dir`'s lock until this process exits, however it exits.
+
+  Two trainers writing one directory would interleave their rounds in
+  `metrics.csv` and overwrite each other's checkpoints; the second is
+  refused. The lock is an exclusive `flock` on `<output_dir>/.lock`, which
+  the kernel drops when its holder ends, so a crashed run leaves nothing to
+  clean up; the file holds the holder's pid, for the message.
+
+  Returns:
+    The open lock file (closing it releases the lock; `main` does, by
+    `release_output_dir_locks`, when it ends).
+
+  Raises:
+    UsageError: If another process holds the lock.
+  """
+  lock = open(os.path.join(output_dir, LOCK_FILE), 'a+')  # pylint: disable=consider-using-with
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    lock.seek(0)
+    holder = lock.read().strip() or 'unknown'
+    lock.close()
+    raise UsageError(
+        f'--output_dir={output_dir} is being written by another '
+        f'binaries.train (pid {holder}); wait for it to end, or use another '
+        '--output_dir.') from e
+  lock.seek(0)
+  lock.truncate()
+  lock.write(f'{os.getpid()}\n')
+  lock.flush()
+  _HELD_LOCKS.append(lock)
+  return lock
+
+
+def release_output_dir_locks() -> None:
+  """Releases the locks `lock_output_dir` took (a trainer run in-process)."""
+  while _HELD_LOCKS:
+    _HELD_LOCKS.pop().close()
+
+
 def write_hparams(hparams: dict, extra: dict) -> None:
   path = os.path.join(hparams['output_dir'], HPARAMS_FILE)
   tmp = path + '.tmp'
@@ -463,6 +509,7 @@ def run(hparams: dict) -> None:
   from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
   resuming = prepare_output_dir(hparams)
+  lock_output_dir(hparams['output_dir'])
   _set_execution_context(hparams)
 
   try:
@@ -800,18 +847,23 @@ def main(argv):
     _fail(f'{e} The results in {hparams["output_dir"]} are intact: run the '
           'same command again (with the worker back) to resume from the last '
           'checkpoint.')
+  finally:
+    release_output_dir_locks()
 
 
 def _remove_if_no_files(path) -> None:
   """Removes `path` (created by this run) if no file was written under it.
 
   A refused run leaves nothing behind; a directory holding any file (even
-  one written by someone else meanwhile) is kept.
+  one written by someone else meanwhile) but this run's `.lock` is kept.
   """
   if not path or not os.path.isdir(path):
     return
-  if any(files for _, _, files in os.walk(path)):
+  if any(files for root, _, files in os.walk(path)
+         if files != ([LOCK_FILE] if root == path else [])):
     return
+  if os.path.exists(os.path.join(path, LOCK_FILE)):
+    os.remove(os.path.join(path, LOCK_FILE))
   for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
     os.rmdir(root)
 

@@ -111,6 +111,35 @@ def test_refuses_non_empty_dir_without_hparams(tmp_path, capsys):
   assert (tmp_path / 'notes.txt').read_text() == 'mine'
 
 
+def test_refuses_output_dir_another_trainer_is_writing(tmp_path, capsys):
+  """A second trainer on one directory is refused before touching it."""
+  output_dir = str(tmp_path / 'run')
+  os.makedirs(output_dir)
+  held = train.lock_output_dir(output_dir)  # As a running trainer holds it.
+  try:
+    assert _run(*FAST, '--rounds=1', f'--output_dir={output_dir}') == 2
+    assert capsys.readouterr().err == (
+        f'train: error: --output_dir={output_dir} is being written by another '
+        f'binaries.train (pid {os.getpid()}); wait for it to end, or use '
+        'another --output_dir.\n')
+    assert os.listdir(output_dir) == [train.LOCK_FILE]
+  finally:
+    held.close()
+    train.release_output_dir_locks()
+  # Released (as when its holder exits): the directory is usable again.
+  train.lock_output_dir(output_dir).close()
+  train.release_output_dir_locks()
+
+
+def test_a_refused_new_dir_is_removed_lock_and_all(tmp_path, capsys):
+  """A refusal after the lock was taken still leaves no directory."""
+  output_dir = str(tmp_path / 'run')
+  assert _run('--task=digits', '--clients_per_round=101', '--rounds=1',
+              f'--output_dir={output_dir}') == 2
+  assert 'larger than the 100 training clients' in capsys.readouterr().err
+  assert not os.path.exists(output_dir)
+
+
 def test_unwritable_output_dir(tmp_path, capsys):
   blocker = tmp_path / 'a_file'
   blocker.write_text('')
