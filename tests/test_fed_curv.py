@@ -65,12 +65,23 @@ def numpy_fed_curv(clients, rounds=ROUNDS, cross_silo=False):
   return w, u, v
 
 
-def test_fisher_diagonal_is_mean_of_per_example_squared_gradients():
-  x, y = tiny.make_clients(num_clients=1, sizes=(7,), seed=6)[0]
+def _model_at_initial_weights():
+  """A tiny model holding `tiny.initial_weights()`, and those weights."""
   model = tiny.model_fn()
   weights = tiny.initial_weights()
   for variable, value in zip(model.trainable_variables, weights):
     variable.assign(value)
+  return model, weights
+
+
+def _assert_all_close(got, want):
+  for g, e in zip(got, want, strict=True):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+
+
+def test_fisher_diagonal_is_mean_of_per_example_squared_gradients():
+  x, y = tiny.make_clients(num_clients=1, sizes=(7,), seed=6)[0]
+  model, weights = _model_at_initial_weights()
   # Batches of 3 (7 = 3 + 3 + 1), two epochs: the mean is the one-epoch mean.
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(3).repeat(2)
   got = fed_curv.empirical_fisher_diagonal(model, dataset)
@@ -92,10 +103,7 @@ def test_fisher_report_reads_one_of_the_epochs(num_examples):
   epoch) still means the first ceil(13 / 2) = 7.
   """
   (x, y), (x2, y2) = tiny.make_clients(num_clients=2, sizes=(7, 7), seed=8)
-  model = tiny.model_fn()
-  weights = tiny.initial_weights()
-  for variable, value in zip(model.trainable_variables, weights):
-    variable.assign(value)
+  model, weights = _model_at_initial_weights()
   dataset = tf.data.Dataset.from_tensor_slices(
       (np.concatenate([x, x2]), np.concatenate([y, y2]))).batch(4)
   report = fed_curv._fisher_report(  # pylint: disable=protected-access
@@ -103,10 +111,9 @@ def test_fisher_report_reads_one_of_the_epochs(num_examples):
       learning_rate=CLIENT_LR,
       num_examples=tf.constant(num_examples, tf.int64), client_epochs=2)
   want = numpy_fisher([t.astype(np.float64) for t in weights], x, y)
-  for g, e in zip(report[fed_curv.FISHER_KEY], want):
-    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
-  for fw, e, w in zip(report[fed_curv.FISHER_WEIGHTS_KEY], want, weights):
-    np.testing.assert_allclose(fw, e * w, rtol=1e-5, atol=1e-7)
+  _assert_all_close(report[fed_curv.FISHER_KEY], want)
+  _assert_all_close(report[fed_curv.FISHER_WEIGHTS_KEY],
+                    [e * w for e, w in zip(want, weights)])
   # One epoch: every example counts, as before.
   whole = fed_curv._fisher_report(  # pylint: disable=protected-access
       model, dataset, None, delta=None, num_steps=tf.constant(4, tf.int64),
@@ -114,23 +121,18 @@ def test_fisher_report_reads_one_of_the_epochs(num_examples):
       client_epochs=1)
   both = numpy_fisher([t.astype(np.float64) for t in weights],
                       np.concatenate([x, x2]), np.concatenate([y, y2]))
-  for g, e in zip(whole[fed_curv.FISHER_KEY], both):
-    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+  _assert_all_close(whole[fed_curv.FISHER_KEY], both)
 
 
 def test_one_epoch_of_a_shuffled_repeated_dataset_is_the_full_mean():
   """The tasks' shuffle -> repeat(E) -> batch: the first 1/E is one epoch."""
   x, y = tiny.make_clients(num_clients=1, sizes=(9,), seed=12)[0]
-  model = tiny.model_fn()
-  weights = tiny.initial_weights()
-  for variable, value in zip(model.trainable_variables, weights):
-    variable.assign(value)
+  model, weights = _model_at_initial_weights()
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
       9, seed=3).repeat(3).batch(4)
   got = fed_curv.empirical_fisher_diagonal(model, dataset, max_examples=9)
-  want = numpy_fisher([t.astype(np.float64) for t in weights], x, y)
-  for g, e in zip(got, want):
-    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-7)
+  _assert_all_close(got, numpy_fisher([t.astype(np.float64) for t in weights],
+                                      x, y))
 
 
 def test_process_takes_the_fisher_over_the_first_epoch():
