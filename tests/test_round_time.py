@@ -205,7 +205,10 @@ def test_worker_floor_trains_the_sequential_floors_weights():
       floor()
       setting.wrap(worker)()
   finally:
-    runtime.shutdown()
+    # Stops this setting's workers and gives the later tests of this
+    # process a default context again (conftest's; `runtime.shutdown()`
+    # would leave none: "No default context installed").
+    runtime.set_local_execution_context()
   reference = [v.numpy() for v in floor.global_weights]
   assert not np.allclose(reference[-1], initial.trainable[-1])
   assert len(worker.global_weights) == len(reference)
