@@ -60,6 +60,7 @@ from typing import Optional
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import output_lock  # pylint: disable=g-import-not-at-top
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_FILE = 'summary.csv'
@@ -230,7 +231,9 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
 
   A job is finished when `is_finished(job.output_dir, job.rounds)`; the
   others are launched (an unfinished one resumes from its checkpoints, as
-  `binaries.train` does), each logging to `<logs_dir>/<name>.log`.
+  `binaries.train` does), each logging to `<logs_dir>/<name>.log`, unless,
+  when its turn comes, another process is writing its directory
+  (`output_lock.holder`): that one is left to it.
 
   Args:
     jobs: The runs, with distinct names.
@@ -240,8 +243,9 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     log: Called with one line per job started, skipped or ended.
 
   Returns:
-    `{name: 'skipped' | 'finished' | 'failed'}` ('failed': the run exited
-    with an error, or ended without logging every round).
+    `{name: 'skipped' | 'finished' | 'failed' | 'elsewhere'}` ('failed':
+    the run exited with an error, or ended without logging every round;
+    'elsewhere': another process was running it).
 
   Raises:
     ValueError: If `parallel` or a job's `rounds` is not positive, or two
@@ -269,6 +273,12 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
 
   def run_one(job):
     log_path = os.path.join(logs_dir, job.name + '.log')
+    pid = output_lock.holder(job.output_dir)
+    if pid is not None:  # Another sweep or claims process runs it now.
+      with lock:
+        log(f'{job.name}: being run by another process (pid {pid}), '
+            'skipped')
+      return job.name, 'elsewhere'
     with lock:
       log(f'{job.name}: started (log {log_path})')
     status = launcher(list(job.argv), log_path)
@@ -344,8 +354,8 @@ def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
     log: Called with one line per point started, skipped or ended.
 
   Returns:
-    `{point: 'skipped' | 'finished' | 'failed'}` ('failed': the run exited
-    with an error, or ended without logging every round).
+    `{point: 'skipped' | 'finished' | 'failed' | 'elsewhere'}` (as
+    `run_jobs`).
 
   Raises:
     ValueError: If `parallel` or `rounds` is not positive.

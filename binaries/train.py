@@ -23,7 +23,6 @@ so is a directory another `binaries.train` is writing (`.lock`).
 
 import ast
 import datetime
-import fcntl
 import json
 import os
 import sys
@@ -35,6 +34,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
 from tff_opt.program import flag_adapters
+from tff_opt.program import output_lock
 from tff_opt.program import registry
 from tff_opt.program import runtime
 from tff_opt.round import optimizers
@@ -45,9 +45,6 @@ from tasks import data_errors  # pylint: disable=g-bad-import-order
 from tasks import sqlite_data  # pylint: disable=g-bad-import-order
 
 HPARAMS_FILE = 'hparams.json'
-# Held (flock) by the process writing the directory; holds its pid.
-LOCK_FILE = '.lock'
-_HELD_LOCKS = []  # Open lock files, held until this process exits.
 # Settings that may change when a run is resumed: they do not change what
 # the run computes.
 RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
@@ -449,44 +446,22 @@ def prepare_output_dir(hparams: dict) -> bool:
 
 
 def lock_output_dir(output_dir: str):
-  """Takes `output_dir`'s lock until this process exits, however it exits.
-
-  Two trainers writing one directory would interleave their rounds in
-  `metrics.csv` and overwrite each other's checkpoints; the second is
-  refused. The lock is an exclusive `flock` on `<output_dir>/.lock`, which
-  the kernel drops when its holder ends, so a crashed run leaves nothing to
-  clean up; the file holds the holder's pid, for the message.
+  """Takes `output_dir`'s lock until this process exits (`output_lock`).
 
   Returns:
-    The open lock file (closing it releases the lock; `main` does, by
-    `release_output_dir_locks`, when it ends).
+    The open lock file (closing it releases the lock; `main` releases it,
+    by `output_lock.release_all`, when it ends).
 
   Raises:
-    UsageError: If another process holds the lock.
+    UsageError: If another process is writing the directory.
   """
-  lock = open(os.path.join(output_dir, LOCK_FILE), 'a+')  # pylint: disable=consider-using-with
   try:
-    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except OSError as e:
-    lock.seek(0)
-    holder = lock.read().strip() or 'unknown'
-    lock.close()
+    return output_lock.acquire(output_dir)
+  except output_lock.LockedError as e:
     raise UsageError(
         f'--output_dir={output_dir} is being written by another '
-        f'binaries.train (pid {holder}); wait for it to end, or use another '
+        f'binaries.train (pid {e.holder}); wait for it to end, or use another '
         '--output_dir.') from e
-  lock.seek(0)
-  lock.truncate()
-  lock.write(f'{os.getpid()}\n')
-  lock.flush()
-  _HELD_LOCKS.append(lock)
-  return lock
-
-
-def release_output_dir_locks() -> None:
-  """Releases the locks `lock_output_dir` took (a trainer run in-process)."""
-  while _HELD_LOCKS:
-    _HELD_LOCKS.pop().close()
 
 
 def write_hparams(hparams: dict, extra: dict) -> None:
@@ -848,7 +823,7 @@ def main(argv):
           'same command again (with the worker back) to resume from the last '
           'checkpoint.')
   finally:
-    release_output_dir_locks()
+    output_lock.release_all()
 
 
 def _remove_if_no_files(path) -> None:
@@ -859,11 +834,12 @@ def _remove_if_no_files(path) -> None:
   """
   if not path or not os.path.isdir(path):
     return
+  lock = output_lock.LOCK_FILE
   if any(files for root, _, files in os.walk(path)
-         if files != ([LOCK_FILE] if root == path else [])):
+         if files != ([lock] if root == path else [])):
     return
-  if os.path.exists(os.path.join(path, LOCK_FILE)):
-    os.remove(os.path.join(path, LOCK_FILE))
+  if os.path.exists(os.path.join(path, lock)):
+    os.remove(os.path.join(path, lock))
   for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
     os.rmdir(root)
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from binaries import sweep
+from tff_opt.program import output_lock
 from tasks import paper_settings
 
 ROUNDS = 150
@@ -192,6 +193,31 @@ def test_failed_and_diverged_points(tmp_path, capsys):
   err = capsys.readouterr().err
   assert err == (f'sweep: error: 1 points failed: clr=0.001_slr=1; see '
                  f'{os.path.join(sweep_dir, "logs")}.\n')
+
+
+def test_a_run_another_process_is_writing_is_left_to_it(tmp_path):
+  """Two sweeps (or claims) sharing runs: one runs each, none twice."""
+  busy, free = str(tmp_path / 'busy'), str(tmp_path / 'free')
+  os.makedirs(busy)
+  output_lock.acquire(busy)  # As a trainer of another process holds it.
+  launched, lines = [], []
+
+  def launcher(argv, log_path):
+    launched.append(argv[0])
+    write_run(argv[0], [1.0] * 3)
+    return 0
+
+  try:
+    outcome = sweep.run_jobs(
+        [sweep.Job('busy', [busy], busy, 3), sweep.Job('free', [free], free,
+                                                       3)],
+        logs_dir=str(tmp_path / 'logs'), launcher=launcher, log=lines.append)
+  finally:
+    output_lock.release_all()
+  assert outcome == {'busy': 'elsewhere', 'free': 'finished'}
+  assert launched == [free]
+  assert lines[0] == (f'busy: being run by another process (pid '
+                      f'{os.getpid()}), skipped')
 
 
 def test_points_run_in_parallel_up_to_the_limit(tmp_path):

@@ -14,6 +14,7 @@ from absl import flags
 import tasks
 from binaries import train
 from tests import binary
+from tff_opt.program import output_lock
 from tff_opt.program import registry
 
 FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
@@ -122,13 +123,13 @@ def test_refuses_output_dir_another_trainer_is_writing(tmp_path, capsys):
         f'train: error: --output_dir={output_dir} is being written by another '
         f'binaries.train (pid {os.getpid()}); wait for it to end, or use '
         'another --output_dir.\n')
-    assert os.listdir(output_dir) == [train.LOCK_FILE]
+    assert os.listdir(output_dir) == [output_lock.LOCK_FILE]
   finally:
     held.close()
-    train.release_output_dir_locks()
+    output_lock.release_all()
   # Released (as when its holder exits): the directory is usable again.
-  train.lock_output_dir(output_dir).close()
-  train.release_output_dir_locks()
+  train.lock_output_dir(output_dir)
+  output_lock.release_all()
 
 
 def test_a_refused_new_dir_is_removed_lock_and_all(tmp_path, capsys):
