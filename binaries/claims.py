@@ -443,7 +443,9 @@ def _fedcurv_claim() -> Claim:
           f'all every round, E = 5, batch 256 (the paper\'s), client SGD lr '
           f'0.05 (the paper: 0.01 on 15x more data per device), small_cnn, '
           f'{rounds} rounds; FedCurv lambda 1.0 as the paper, Eq. 3 (each '
-          f'client subtracts its own last Fisher terms, --fedcurv_exact=on)'),
+          f'client subtracts its own last Fisher terms, --fedcurv_exact=on); '
+          f'the Fisher over one of the E epochs (seeds 0-1 ran it over all '
+          f'five, the same mean at five times the cost)'),
       methods=(Method('FedCurv', ('--algorithm=fedcurv', '--lam=1.0',
                                   '--fedcurv_exact=on', '--server_opt=sgd',
                                   '--server_lr=1.0', *_UNIFORM)),
