@@ -49,6 +49,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -199,13 +200,57 @@ def is_finished(output_dir: str, rounds: int) -> bool:
   return set(range(1, rounds + 1)) <= {r['round'] for r in rows}
 
 
+# The `binaries.train` processes `subprocess_launcher` is waiting for.
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # Set by `stop_running`: launch no more.
+# How long `stop_running` waits for the runs to exit before SIGKILL.
+STOP_SECONDS = 30.0
+
+
+def train_command(argv: Sequence[str]) -> list[str]:
+  """The command line of one `binaries.train` run."""
+  return [sys.executable, '-m', 'binaries.train', *argv]
+
+
 def subprocess_launcher(argv: list[str], log_path: str) -> int:
   """Runs `python -m binaries.train ARGV` from the repository root."""
-  with open(log_path, 'a') as log:
-    return subprocess.run(
-        [sys.executable, '-m', 'binaries.train', *argv],
-        cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT, check=False).returncode
+  with open(log_path, 'a') as log, _RUNNING_LOCK:
+    if _STOPPING.is_set():  # Stopped while this run was being set up.
+      return 130
+    child = subprocess.Popen(  # pylint: disable=consider-using-with
+        train_command(argv), cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT)
+    _RUNNING.add(child)
+  with child:
+    try:
+      return child.wait()
+    finally:
+      with _RUNNING_LOCK:
+        _RUNNING.discard(child)
+
+
+def stop_running() -> None:
+  """Interrupts the runs `subprocess_launcher` started, and waits for them.
+
+  SIGINT, as Ctrl-C at a terminal sends it: `binaries.train` exits with 130
+  and keeps what it wrote (a re-run resumes). A run not gone after
+  `STOP_SECONDS` is killed. Without this, a sweep or claims process stopped
+  by SIGTERM (which reaches it alone, not its runs) would wait for its
+  current runs to end, and leave them running if killed.
+  """
+  with _RUNNING_LOCK:
+    _STOPPING.set()
+    children = list(_RUNNING)
+  for child in children:
+    if child.poll() is None:
+      child.send_signal(signal.SIGINT)
+  for child in children:
+    try:
+      child.wait(timeout=STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+      child.kill()
+      child.wait()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +306,7 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
       raise ValueError(
           f'rounds must be a positive integer, got {job.rounds}.')
   os.makedirs(logs_dir, exist_ok=True)
+  _STOPPING.clear()
   outcome = {}
   todo = []
   for job in jobs:
@@ -288,10 +334,40 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
                              f'FAILED (exit {status}; see {log_path})'))
     return job.name, 'finished' if ok else 'failed'
 
-  with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel)
+  previous = _exit_on_sigterm()
+  try:
     for name, status in pool.map(run_one, todo):
       outcome[name] = status
+  except BaseException:
+    # Ctrl-C, or SIGTERM as SystemExit: launch nothing more, stop the runs
+    # under way (they keep what they wrote), then let the exception go on.
+    pool.shutdown(wait=False, cancel_futures=True)
+    stop_running()
+    raise
+  finally:
+    pool.shutdown(wait=True)
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
   return outcome
+
+
+def _exit_on_sigterm():
+  """SIGTERM raises SystemExit(143) in the main thread; returns the old one.
+
+  Only where SIGTERM still has its default action (which would end this
+  process at once and leave its runs going) and only in the main thread;
+  otherwise None (nothing changed).
+  """
+  if (threading.current_thread() is not threading.main_thread() or
+      signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+    return None
+
+  def exit_143(signum, frame):
+    del frame
+    sys.exit(128 + signum)
+
+  return signal.signal(signal.SIGTERM, exit_143)
 
 
 SWEEP_FILE = 'sweep.json'

@@ -8,13 +8,19 @@ sweep's launcher is replaced by one that records what would be launched
 import csv
 import math
 import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from binaries import sweep
 from tff_opt.program import output_lock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from tasks import paper_settings
 
 ROUNDS = 150
@@ -351,3 +357,83 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
   ], interrupted) == 130
   assert capsys.readouterr().err == (
       'sweep: interrupted; resume with the same command\n')
+
+
+# --- Stopping: a sweep or claims process takes its runs down with it --------
+
+# A stand-in for binaries.train: writes its pid, then sleeps; SIGINT (what
+# stop_running sends) makes it exit 130, as binaries.train does.
+_SLEEPER = ('import os, signal, sys, time; '
+            'signal.signal(signal.SIGINT, lambda *a: sys.exit(130)); '
+            'open(sys.argv[1], "w").write(str(os.getpid())); time.sleep(120)')
+_RUN_JOBS = '''
+import sys
+sys.path.insert(0, {root!r})
+from binaries import sweep
+sweep.train_command = lambda argv: [sys.executable, '-c', {sleeper!r}, *argv]
+sweep.run_jobs([sweep.Job(name, [pid], pid + '.out', 1) for name, pid in
+                (('first', {first!r}), ('second', {second!r}))],
+               logs_dir={logs!r})
+'''
+
+
+def _wait_for(path, seconds=60):
+  deadline = time.monotonic() + seconds
+  while not os.path.exists(path) or not open(path).read():
+    assert time.monotonic() < deadline, f'{path} never appeared'
+    time.sleep(0.05)
+  return int(open(path).read())
+
+
+def _gone(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return True
+  return False
+
+
+def test_sigterm_stops_the_runs_under_way_and_launches_no_more(tmp_path):
+  first, second = str(tmp_path / 'first.pid'), str(tmp_path / 'second.pid')
+  script = _RUN_JOBS.format(root=ROOT, sleeper=_SLEEPER, first=first,
+                            second=second, logs=str(tmp_path / 'logs'))
+  parent = subprocess.Popen([sys.executable, '-c', script], cwd=ROOT)
+  try:
+    child = _wait_for(first)
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 143
+  finally:
+    parent.kill()
+  assert _gone(child)  # Interrupted, not left running.
+  assert not os.path.exists(second)  # The queued run never started.
+
+
+def test_an_interrupt_in_the_queue_stops_the_other_runs(tmp_path,
+                                                          monkeypatch):
+  """An exception (Ctrl-C) while runs are under way, in-process.
+
+  The run under way is interrupted; a queued one is either never started
+  or interrupted with it (the worker thread freed by the exception may
+  reach it first): none is left running.
+  """
+  monkeypatch.setattr(sweep, 'train_command', lambda argv: [
+      sys.executable, '-c', _SLEEPER, *argv])
+  long_pid, queued_pid = str(tmp_path / 'long.pid'), str(tmp_path / 'q.pid')
+
+  def launcher(argv, log_path):
+    if argv[0] == 'x':
+      _wait_for(long_pid)
+      raise KeyboardInterrupt  # As Ctrl-C reaches the main thread.
+    return sweep.subprocess_launcher(argv, log_path)
+
+  jobs = [sweep.Job('interrupted', ['x'], str(tmp_path / 'x'), 1),
+          sweep.Job('long', [long_pid], str(tmp_path / 'long'), 1),
+          sweep.Job('queued', [queued_pid], str(tmp_path / 'q'), 1)]
+  started = time.monotonic()
+  with pytest.raises(KeyboardInterrupt):
+    sweep.run_jobs(jobs, logs_dir=str(tmp_path / 'logs'), parallel=2,
+                   launcher=launcher)
+  assert time.monotonic() - started < 60  # Not the sleeper's 120 s.
+  assert _gone(_wait_for(long_pid))
+  if os.path.exists(queued_pid):
+    assert _gone(_wait_for(queued_pid))
