@@ -799,7 +799,9 @@ def main(argv: Sequence[str],
 
   Exits with status 2 and one `claims: error: ...` line on a bad flag, a
   point this package cannot run (a missing data set names its make
-  target), or points that failed (after writing the reports).
+  target), or points that failed (after writing the reports); with status
+  130 and one line on Ctrl-C (the runs under way are interrupted, keeping
+  what they wrote; the same command resumes).
   """
   if not sweep.parse_argv(argv, FLAGS, __doc__, _fail):
     return
@@ -864,9 +866,16 @@ def main(argv: Sequence[str],
                     seeds=FLAGS.seeds, command=command)
     return status
 
-  outcome = sweep.run_jobs(jobs, logs_dir=logs_dir, parallel=FLAGS.parallel,
-                           launcher=launch_and_report,
-                           log=lambda line: print(line, flush=True))
+  try:
+    outcome = sweep.run_jobs(jobs, logs_dir=logs_dir,
+                             parallel=FLAGS.parallel,
+                             launcher=launch_and_report,
+                             log=lambda line: print(line, flush=True))
+  except KeyboardInterrupt:
+    # The runs under way were interrupted and keep what they wrote.
+    print('claims: interrupted; resume with the same command', file=sys.stderr,
+          flush=True)
+    sys.exit(130)
   failed = [job for job, status in outcome.items() if status == 'failed']
   print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
                       seeds=FLAGS.seeds, command=command), flush=True)

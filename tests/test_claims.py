@@ -244,6 +244,16 @@ def test_runs_keeps_the_matching_runs_only(tmp_path, capsys):
       f'(names as in {out}/logs, e.g. fedfor__fedavg__e_1__seed0).\n')
 
 
+def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
+  def interrupted(argv, log_path):
+    raise KeyboardInterrupt
+
+  assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1'],
+               launcher=interrupted) == 130
+  assert capsys.readouterr().err == (
+      'claims: interrupted; resume with the same command\n')
+
+
 def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
   out = str(tmp_path / 'claims')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2']) == 0
