@@ -557,7 +557,8 @@ def main(argv: Sequence[str],
 
   Exits with status 2 and one `reproduce: error: ...` line on a usage
   error, a table this package cannot run, or points that failed (after
-  writing the table of the others).
+  writing the table of the others); with status 130 and one line on Ctrl-C
+  (the runs under way are interrupted, keeping what they wrote).
   """
   if not sweep.parse_argv(argv, FLAGS, __doc__, _fail):
     return
@@ -599,10 +600,16 @@ def main(argv: Sequence[str],
     return
   jobs = [sweep.Job(name=p.name, argv=p.argv, output_dir=p.output_dir,
                     rounds=p.rounds) for p in points]
-  outcome = sweep.run_jobs(jobs, logs_dir=os.path.join(work_dir,
-                                                       sweep.LOGS_DIR),
-                           parallel=FLAGS.parallel, launcher=launcher,
-                           log=lambda line: print(line, flush=True))
+  try:
+    outcome = sweep.run_jobs(
+        jobs, logs_dir=os.path.join(work_dir, sweep.LOGS_DIR),
+        parallel=FLAGS.parallel, launcher=launcher,
+        log=lambda line: print(line, flush=True))
+  except KeyboardInterrupt:
+    # The runs under way were interrupted and keep what they wrote.
+    print('reproduce: interrupted; resume with the same command',
+          file=sys.stderr, flush=True)
+    sys.exit(130)
   cells = collect(table, scale, points)
   markdown = render_markdown(table, scale, cells, seeds=seeds,
                              stand_in=stand_in)

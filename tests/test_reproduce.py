@@ -413,6 +413,16 @@ def test_finished_points_are_skipped_failed_ones_rerun(tmp_path, capsys):
       capsys.readouterr().out)
 
 
+def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
+  def interrupted(argv, log_path):
+    raise KeyboardInterrupt
+
+  assert _main(['--paper=fedopt', '--table=1', f'--out_dir={tmp_path}'],
+               interrupted) == 130
+  assert capsys.readouterr().err == (
+      'reproduce: interrupted; resume with the same command\n')
+
+
 def test_a_run_with_other_settings_is_refused_before_any_run(tmp_path,
                                                             capsys):
   point_dir = os.path.join(tmp_path, 'fedopt_table1_small', 'runs',
