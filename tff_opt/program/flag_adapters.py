@@ -251,21 +251,21 @@ def fed_for(model_fn, *, alpha, fedfor_grad_at_zero=None, **common):
       grad_at_zero=int(fedfor_grad_at_zero or 0), **common)
 
 
-def fed_curv(model_fn, *, lam, fedcurv_exact=None, client_epochs=None,
+def fed_curv(model_fn, *, lam, fedcurv_exact=None, client_epochs=1,
              num_clients=None, **common):
   """`--algorithm=fedcurv`: `--lam`; `--fedcurv_exact` picks `cross_silo`.
 
   'on' is the paper's Eq. 3 (client state), 'off' the stateless variant,
   'auto' (or `None`) Eq. 3 where its client state fits
   (`fed_curv.resolve_exact`, which needs `num_clients`). `--client_epochs`
-  (the epochs the task's client datasets hold; `None`: 1) lets the Fisher
-  run over one of them.
+  (the epochs the task's client datasets hold) lets the Fisher run over
+  one of them.
   """
   return algorithms.build_fed_curv(
       model_fn, lam=lam,
       cross_silo=fed_curv_lib.resolve_exact(fedcurv_exact or 'auto', model_fn,
                                             num_clients),
-      client_epochs=client_epochs or 1, **common)
+      client_epochs=client_epochs, **common)
 
 
 def _check_feddyn_alpha(feddyn_alpha) -> None:
@@ -353,7 +353,7 @@ def fed_bn(base: str, model_fn, *, num_clients=None, feddyn_alpha=None,
 
   `--feddyn_alpha` is FedDyn's `alpha`, and `num_clients` reaches FedDyn
   only (FedCurv + FedBN is the stateless variant, which does not need it);
-  `client_epochs` reaches FedCurv's recipe (`None`: 1).
+  `client_epochs` reaches FedCurv's recipe.
 
   Raises:
     FlagError: If a flag of the base is out of range, or (`about_model`)
@@ -362,9 +362,6 @@ def fed_bn(base: str, model_fn, *, num_clients=None, feddyn_alpha=None,
   if base == 'feddyn':
     _check_feddyn_alpha(feddyn_alpha)
     flags_and_common.update(alpha=feddyn_alpha, num_clients=num_clients)
-  elif base == 'fedcurv':
-    flags_and_common['client_epochs'] = (
-        flags_and_common.get('client_epochs') or 1)
   elif base == 'fedfor':
     _check_alpha(flags_and_common['alpha'])
   check_flag('fedbn', None,

@@ -39,10 +39,10 @@ class Algorithm:
     hparams: Names of the algorithm-specific hyper-parameters `build` takes.
     optional_hparams: Names `build` also takes, passed even when `None`
       (their flag's `None` means the algorithm's own default).
-    task_facts: What `build` takes of the task beside its model, among
-      `TASK_FACTS`: 'num_clients', the number of training clients (FedDyn's
-      m); 'client_epochs', the local epochs each client dataset holds
-      (FedCurv's Fisher runs over one of them).
+    task_facts: What `build` takes of the task beside its model:
+      'num_clients', the number of training clients (FedDyn's m);
+      'client_epochs', the local epochs each client dataset holds (FedCurv's
+      Fisher runs over one of them).
     client_weighting: Its paper's averaging of client updates,
       'num_examples' or 'uniform': the binary's default when
       `--client_weighting` is not given.
@@ -69,7 +69,6 @@ class Algorithm:
 
 
 SERVER_RULES = ('optimizer', 'sgd', 'own')
-TASK_FACTS = ('num_clients', 'client_epochs')
 
 # Both FedPTR sides take the same flags (fed_ptr.build_fed_ptr's).
 _FED_PTR_HPARAMS = ('mu', 'images_per_class', 'mtt_outer_steps',
@@ -200,8 +199,8 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   With `fedbn`, builds `name` + FedBN (`algorithms.fed_bn`: batch-norm
   layers local to each client) for the bases in `fed_bn.BASES`.
   `num_clients` (the task's training population) and `client_epochs` (the
-  local epochs its client datasets hold) go to the algorithms that take
-  them (`Algorithm.task_facts`).
+  local epochs its client datasets hold; `None`: 1) go to the algorithms
+  that take them (`Algorithm.task_facts`).
 
   Raises:
     flag_adapters.FlagError: If the adapter refuses one flag's value.
@@ -217,7 +216,7 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   if missing:
     raise ValueError(f'Algorithm {name!r} needs ' +
                      ', '.join(f'--{h}' for h in missing) + '.')
-  facts = dict(num_clients=num_clients, client_epochs=client_epochs)
+  facts = dict(num_clients=num_clients, client_epochs=client_epochs or 1)
   extra = {fact: facts[fact] for fact in algorithm.task_facts}
   if fedbn:
     if name not in fed_bn.BASES:

@@ -179,8 +179,9 @@ class ClientPasses:
       the last local step with the model at its final local weights,
       `delta` the gradient-form delta, `num_steps` the number of local steps
       taken and `num_examples` the examples they trained on (both int64;
-      every epoch the dataset holds counts). The client's update is then `{'delta': delta, **extras}`
-      instead of the bare delta, and the aggregator must accept that
+      every epoch the dataset holds counts). The client's update is then
+      `{'delta': delta, **extras}` instead of the bare delta, and the
+      aggregator must accept that
       structure (`aggregators.mean_delta_sum_rest`). Forward passes it
       makes do not change the training metrics (the model's metric
       variables are restored afterwards). A non-finite entry anywhere in
