@@ -181,10 +181,10 @@ class ClientPasses:
       taken and `num_examples` the examples they trained on (both int64;
       every epoch the dataset holds counts). The client's update is then
       `{'delta': delta, **extras}` instead of the bare delta, and the
-      aggregator must accept that
-      structure (`aggregators.mean_delta_sum_rest`). Forward passes it
-      makes do not change the training metrics (the model's metric
-      variables are restored afterwards). A non-finite entry anywhere in
+      aggregator must accept that structure
+      (`aggregators.mean_delta_sum_rest`). Forward passes it makes do not
+      change the training metrics (the model's metric variables are
+      restored afterwards). A non-finite entry anywhere in
       the update zeroes all of it, as for the delta alone. FedCurv's
       Fisher, SCAFFOLD's control variate, FedBN's local batch norm.
 
