@@ -19,8 +19,9 @@ resumes the others from their checkpoints. Runs are one queue, `--parallel`
 at a time; as each run ends the reports are rewritten. `--runs` keeps the
 runs whose name (`<claim>__<method>__<setting>__seed<k>`, as in `logs/`)
 matches one of its shell patterns: two processes, one per core, can share a
-claim's runs that way (never give two processes the same run: nothing
-stops both from writing its directory). The reports:
+claim's runs that way. Should both reach the same run, the one that finds
+its directory being written leaves it to the other (`elsewhere`; a
+trainer holds its directory's `output_lock`). The reports:
 
     <out_dir>/claims.md        every claim run now or with a finished run
                                in <out_dir>, its numbers and its verdict
