@@ -99,18 +99,3 @@ def test_closed_port_fails_fast_instead_of_waiting_the_timeout(monkeypatch):
   assert message.endswith('Start one there with `python -m binaries.worker '
                           '--port=PORT`, or check the port.')
 
-
-def test_local_worker_readiness_is_polled_every_50_ms():
-  """TFF sleeps 1 s between checks of a new local worker; we poll at 50 ms.
-
-  The constant must still exist and be read by the worker start at call
-  time (a `time.sleep` on the module global), or the setting does nothing.
-  """
-  import inspect  # pylint: disable=g-import-not-at-top
-  from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
-  from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
-  assert 'time.sleep(_LOCALHOST_SERVER_WAIT_TIME_SEC)' in inspect.getsource(
-      executor_factory.local_cpp_executor_factory)
-  runtime.create_local_execution_context()
-  assert executor_factory._LOCALHOST_SERVER_WAIT_TIME_SEC == 0.05  # pylint: disable=protected-access
-  assert runtime.WORKER_POLL_SECONDS == 0.05

@@ -9,8 +9,10 @@ exit hook that terminates every `worker_binary` this process started; SIGTERM
 and SIGHUP are turned into a normal exit so the hook also runs then.
 
 Nothing runs in a process killed by SIGKILL (or the OOM killer), so each
-worker gets a watchdog (`watch_workers`, called by `start_worker` and by
-`training_loop.run_training` after its first round): a small
+worker gets a watchdog (the local context's when it starts it; a worker
+started by a TFF context, through `watch_workers`, called by
+`start_worker` and by `training_loop.run_training` after its first
+round): a small
 `sh` loop, in its own session and with no open pipes, that checks every
 second whether this process is alive and, once it is gone, stops the worker
 (SIGTERM, then SIGKILL) if that pid is still a `worker_binary`; it exits by
@@ -26,12 +28,15 @@ TLS when given root certificates. SECURITY: a TFF worker executes whatever
 computation it is sent, so an exposed worker is remote code execution: run
 workers only on a private network or behind an authenticated tunnel.
 
-TFF waits for a worker it starts by checking, once a second
-(`executor_factory._LOCALHOST_SERVER_WAIT_TIME_SEC`), whether it answers;
-the worker answers within a fraction of a second, so every start slept 1
-to 2 s. `create_local_execution_context` makes that check every
-`WORKER_POLL_SECONDS` (50 ms) instead; a test fails if TFF drops the
-constant.
+The local context's worker starts when the context is made, not on the
+first computation as in TFF: `subprocess.Popen` returns at once, and the
+worker loads TensorFlow (about a second) on another core while this process
+traces the model and builds the process; the first computation then waits,
+if at all, for the worker to answer (checked every `WORKER_POLL_SECONDS`,
+50 ms; TFF sleeps 1 s between checks), and a worker that exits while
+starting is an error naming its status instead of an endless wait. The
+rest is TFF's local context: the same executor service, channel options and
+compiler, and a worker found dead is started anew on the next computation.
 
 `configure_gpus` applies GPU memory growth and logical GPUs; without a GPU
 it logs one line and does nothing.
@@ -42,12 +47,15 @@ from collections.abc import Callable, Sequence
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import grpc
+import portpicker
 import psutil
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2_grpc
@@ -55,16 +63,22 @@ from tensorflow_federated.python.core.backends.native import compiler as native_
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
-from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
+from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.executors import remote_executor_stub
 
 from tff_opt.program import worker_env
 
 _WORKER_NAME = 'worker_binary'
-# How often a local worker TFF starts is checked for readiness (TFF: 1 s).
+# TFF's C++ executor service, as TFF's local context finds it.
+WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data',
+                             _WORKER_NAME)
+# How often a starting local worker is checked for an answer (TFF: 1 s).
 WORKER_POLL_SECONDS = 0.05
+# How long a local worker may take to answer before it is an error.
+WORKER_START_TIMEOUT = 300.0
 _lock = threading.Lock()
 _hooks_installed = False
 
@@ -175,20 +189,107 @@ def _install_hooks() -> None:
     _hooks_installed = True
 
 
+class _LocalWorker:
+  """One `worker_binary` child serving TFF's executor service on localhost.
+
+  Started when made, without waiting for it; `stub()` waits until it
+  answers. Like TFF's own service manager, a worker found dead (crashed, or
+  stopped by `stop_worker_processes`) is started anew on the next call.
+  """
+
+  def __init__(self, max_concurrent_clients: int | None,
+               env: dict[str, str]):
+    self._max_calls = max_concurrent_clients or -1
+    self._env = env
+    self._lock = threading.Lock()
+    # A list, so that the finalizer below sees the current process.
+    self._process: list[subprocess.Popen] = []
+    weakref.finalize(self, _interrupt_worker, self._process)
+    self._start()
+
+  def _start(self) -> None:
+    self._port = portpicker.pick_unused_port()
+    stdout, stderr = _worker_streams()
+    process = subprocess.Popen(  # pylint: disable=consider-using-with
+        [WORKER_BINARY, f'--port={self._port}',
+         f'--max_concurrent_computation_calls={self._max_calls}'],
+        stdout=stdout, stderr=stderr, env={**os.environ, **self._env})
+    self._process[:] = [process]
+    _watch(process.pid)
+    self._stub = None
+
+  def _wait(self) -> None:
+    """Waits until the worker accepts connections on its port."""
+    process = self._process[0]
+    deadline = time.monotonic() + WORKER_START_TIMEOUT
+    while True:
+      status = process.poll()
+      if status is not None:
+        raise RuntimeError(
+            f'TFF\'s worker_binary (pid {process.pid}) exited with status '
+            f'{status} before it answered on port {self._port}; its own '
+            'messages, if any, are above on stderr.')
+      try:
+        with socket.create_connection(('localhost', self._port),
+                                      timeout=WORKER_POLL_SECONDS):
+          break
+      except OSError:
+        if time.monotonic() > deadline:
+          raise RuntimeError(
+              f'TFF\'s worker_binary (pid {process.pid}) did not answer on '
+              f'port {self._port} within {WORKER_START_TIMEOUT:g} s.'
+          ) from None
+        time.sleep(WORKER_POLL_SECONDS)
+    channel = grpc.insecure_channel(f'localhost:{self._port}',
+                                    worker_env.GRPC_OPTIONS)
+    self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+
+  def stub(self) -> remote_executor_grpc_stub.RemoteExecutorGrpcStub:
+    """The worker's stub, once it answers; a dead worker is started anew."""
+    with self._lock:
+      if self._process[0].poll() is not None:
+        self._start()
+      if self._stub is None:
+        self._wait()
+      return self._stub
+
+
+def _interrupt_worker(processes: list[subprocess.Popen]) -> None:
+  """Stops a dropped context's worker, as TFF's service manager does."""
+  for process in processes:
+    if process.poll() is None:
+      with contextlib.suppress(OSError):
+        process.send_signal(signal.SIGINT)
+
+
+def _worker_streams():
+  """stdout/stderr for a worker: this process's, or its original streams.
+
+  The worker writes to file descriptors; a captured stream (pytest's
+  capsys, an in-memory log) has none, so the process's original stream
+  stands in for it, or the worker inherits the descriptor.
+  """
+  streams = []
+  for stream, original in ((sys.stdout, sys.__stdout__),
+                           (sys.stderr, sys.__stderr__)):
+    streams.append(stream if _has_fileno(stream) else
+                   original if _has_fileno(original) else None)
+  return streams
+
+
 def create_local_execution_context(max_concurrent_clients: int | None = None,
                                    *,
                                    intra_op_threads: int | None = None,
                                    onednn: bool | None = None):
-  """TFF's local C++ execution context, its worker started if settings say so.
+  """TFF's local C++ execution context, its worker already starting.
 
-  When `intra_op_threads` or `onednn` is given, the context's worker is
-  started here (with a watchdog, see the module docstring), with those
-  TensorFlow settings in its environment (`tff_opt.program.worker_env`; this
-  process's own environment is left as it was); otherwise it starts on the
-  first computation, as in TFF, and `training_loop.run_training` gives it
-  its watchdog after the first round (`watch_workers`). Several such
-  contexts (each with its own worker) can live side by side, installed in
-  turn with `tff.framework.get_context_stack().install(context)`.
+  The worker (with a watchdog, see the module docstring) is started here,
+  with the given TensorFlow settings in its environment
+  (`tff_opt.program.worker_env`; this process's own environment is left as
+  it is), and not waited for: the first computation waits until it answers.
+  Several such contexts (each with its own worker) can live side by side,
+  installed in turn with `tff.framework.get_context_stack().install(
+  context)`; a context that is dropped stops its worker.
 
   Args:
     max_concurrent_clients: At most this many client computations run at
@@ -212,14 +313,24 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
   env = worker_env.worker_environment(intra_op_threads=intra_op_threads,
                                       onednn=onednn)
   _install_hooks()
-  # Read by TFF's worker start at call time (see the module docstring).
-  executor_factory._LOCALHOST_SERVER_WAIT_TIME_SEC = WORKER_POLL_SECONDS  # pylint: disable=protected-access
-  context = tff.backends.native.create_sync_local_cpp_execution_context(
-      max_concurrent_computation_calls=(max_concurrent_clients or -1))
-  if env:
-    with _environment(env):
-      start_worker(context)
-  return context
+  worker = _LocalWorker(max_concurrent_clients, env)
+
+  def executor_fn(cardinalities):
+    # As TFF's local factory: a computation with no client-placed argument
+    # still names the clients placement (with no clients).
+    if cardinalities.get(tff.CLIENTS) is None:
+      cardinalities[tff.CLIENTS] = 0
+    executor = remote_executor.RemoteExecutor(worker.stub())
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return sync_execution_context.SyncExecutionContext(
+      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+          executor_stack_fn=executor_fn),
+      compiler_fn=native_compiler.desugar_and_transform_to_native,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result,
+  )
 
 
 def set_local_execution_context(max_concurrent_clients: int | None = None,
@@ -243,26 +354,12 @@ def set_local_execution_context(max_concurrent_clients: int | None = None,
       onednn=onednn))
 
 
-@contextlib.contextmanager
-def _environment(updates: dict[str, str]):
-  """Sets environment variables for the duration of the block."""
-  previous = {name: os.environ.get(name) for name in updates}
-  os.environ.update(updates)
-  try:
-    yield
-  finally:
-    for name, value in previous.items():
-      if value is None:
-        os.environ.pop(name, None)
-      else:
-        os.environ[name] = value
-
-
 def start_worker(context) -> None:
-  """Starts `context`'s worker now (TFF starts it on the first computation).
+  """Returns once `context`'s worker answers.
 
-  Runs a trivial computation under `context`; a no-op when the worker is
-  already up. The worker gets a watchdog (`watch_workers`).
+  Runs a trivial computation under `context`: a context of TFF's starts its
+  worker then, one of `create_local_execution_context` waits for the worker
+  it started. The worker gets a watchdog (`watch_workers`).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -318,24 +415,26 @@ _WATCHDOG = (
     'kill -KILL "$2" 2>/dev/null; fi; fi')
 
 
+def _watch(pid: int) -> bool:
+  """Gives worker `pid` a watchdog unless it has one; True if it got one."""
+  if pid in _watched:
+    return False
+  subprocess.Popen(  # pylint: disable=consider-using-with
+      ['sh', '-c', _WATCHDOG, 'tff-opt-watchdog', str(os.getpid()), str(pid)],
+      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+  _watched.add(pid)
+  return True
+
+
 def watch_workers() -> list[int]:
   """Gives each unwatched `worker_binary` child a watchdog; returns pids.
 
   The watchdog (see the module docstring) stops the worker once this
-  process is gone, however it died.
+  process is gone, however it died. The local context's workers have one
+  from their start; this covers workers TFF's own contexts start.
   """
-  started = []
-  for worker in worker_children():
-    if worker.pid in _watched:
-      continue
-    subprocess.Popen(  # pylint: disable=consider-using-with
-        ['sh', '-c', _WATCHDOG, 'tff-opt-watchdog', str(os.getpid()),
-         str(worker.pid)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-    _watched.add(worker.pid)
-    started.append(worker.pid)
-  return started
+  return [w.pid for w in worker_children() if _watch(w.pid)]
 
 
 # Registered on import so that any program using tff-opt exits cleanly, even

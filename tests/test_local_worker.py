@@ -1,0 +1,104 @@
+"""The local context's worker: started with the context, waited for once.
+
+`runtime.create_local_execution_context` starts TFF's `worker_binary` when
+the context is made and lets the first computation wait for it; these tests
+pin what that changes and what it keeps from TFF's lazily started worker.
+"""
+
+import gc
+import os
+import stat
+import time
+
+import psutil
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt.program import runtime
+
+
+@tff.tensorflow.computation(tf.int32)
+def _add_one(x):
+  return x + 1
+
+
+def _new_workers(before):
+  return [p for p in runtime.worker_children() if p.pid not in before]
+
+
+def _gone(process):
+  try:
+    return process.status() == psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return True
+
+
+def _wait_gone(process, seconds=10.0):
+  deadline = time.monotonic() + seconds
+  while not _gone(process) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  return _gone(process)
+
+
+@pytest.fixture(name='context')
+def fixture_context():
+  before = {p.pid for p in runtime.worker_children()}
+  context = runtime.create_local_execution_context()
+  started = _new_workers(before)
+  yield context, started
+  for process in runtime.worker_children():
+    if process.pid not in before:
+      process.kill()
+
+
+def test_worker_starts_with_the_context_and_a_computation_finds_it(context):
+  context, started = context
+  before = {p.pid for p in runtime.worker_children()}
+  # Running before any computation, as a direct child, without settings.
+  assert len(started) == 1
+  assert started[0].ppid() == os.getpid()
+  assert started[0].cmdline()[0] == runtime.WORKER_BINARY
+  with tff.framework.get_context_stack().install(context):
+    assert _add_one(41) == 42
+  # The computation used that worker; it started no other.
+  assert not _new_workers(before | {started[0].pid})
+
+
+def test_a_dead_worker_is_started_anew_on_the_next_computation(context):
+  context, started = context
+  with tff.framework.get_context_stack().install(context):
+    assert _add_one(1) == 2
+    started[0].kill()
+    assert _wait_gone(started[0])
+    before = {p.pid for p in runtime.worker_children()}
+    assert _add_one(2) == 3
+    (restarted,) = _new_workers(before)
+  assert restarted.pid != started[0].pid
+  assert restarted.cmdline()[0] == runtime.WORKER_BINARY
+
+
+def test_a_dropped_context_stops_its_worker():
+  before = {p.pid for p in runtime.worker_children()}
+  context = runtime.create_local_execution_context()
+  (worker,) = _new_workers(before)
+  del context
+  gc.collect()
+  assert _wait_gone(worker)
+
+
+def test_a_worker_that_exits_while_starting_is_an_error(tmp_path,
+                                                        monkeypatch):
+  fake = tmp_path / 'worker_binary'
+  fake.write_text('#!/bin/sh\nexit 3\n')
+  fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+  monkeypatch.setattr(runtime, 'WORKER_BINARY', str(fake))
+  context = runtime.create_local_execution_context()
+  with tff.framework.get_context_stack().install(context):
+    with pytest.raises(RuntimeError) as e:
+      _add_one(1)
+  message = str(e.value)
+  assert message.startswith("TFF's worker_binary (pid ")
+  assert ') exited with status 3 before it answered on port ' in message
+  assert message.endswith("; its own messages, if any, are above on "
+                          'stderr.')
