@@ -3,12 +3,13 @@ r"""Start-up: seconds from the command to the first round, and where they go.
     .venv/bin/python -m benchmarks.startup                    # EMNIST-CR
     .venv/bin/python -m benchmarks.startup --task=digits
     .venv/bin/python -m benchmarks.startup --quick            # smoke run
+    .venv/bin/python -m benchmarks.startup --binary --runs=5  # the binary
 
 Times, in one fresh process, each stage a training run goes through before
 its first round, as `binaries.train` does them:
 
-  python start    interpreter start (the process's creation time) to this
-                  module's first line
+  python start    interpreter start (the process's start in /proc, to
+                  10 ms) to this module's first line
   import TF       `import tensorflow`
   import TFF      `import tensorflow_federated`
   import tff-opt  `tasks`, `tff_opt.program.registry`, `tff_opt.program.runtime`, ...
@@ -17,14 +18,22 @@ its first round, as `binaries.train` does them:
   process build   `registry.build_process('fedopt', ...)` (TFF traces and
                   serializes every computation)
   initialize      `process.initialize()`: the first computation run, which
-                  starts TFF's `worker_binary`
+                  waits for TFF's `worker_binary` if it is not up yet (the
+                  local context starts it before the task build)
   first round     `process.next` on `--clients` clients (batch 20, one epoch;
                   the synthetic data's clients repeated to make up the number)
-                  including the worker's first compilation of the client graph
+                  including TFF's compilation of `next` in this process and
+                  the worker's first run of the client graph
   next round      the second round, the steady state
 
 Each stage's seconds are printed, then the total to the end of the first
 round. `--quick` uses the `digits` task and 2 clients.
+
+`--binary` times the real thing instead: `python -m binaries.train` with
+the default experiment's settings (`--task=digits`, `--rounds=2
+--eval_every=2`, a fresh output directory), `--runs` times, from its spawn
+to the moment it prints its `round 1/` line (a round without evaluation);
+each run's seconds, then the median.
 """
 
 import time
@@ -35,8 +44,6 @@ _START = time.perf_counter()
 import argparse
 import os
 import sys
-
-import psutil
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 # TensorFlow's oneDNN kernels unless the environment says otherwise (see
@@ -53,20 +60,82 @@ def _parse_args(argv):
   parser.add_argument('--clients', type=int, default=10)
   parser.add_argument('--quick', action='store_true',
                       help='digits task, 2 clients.')
+  parser.add_argument('--binary', action='store_true',
+                      help='time binaries.train to its first round line.')
+  parser.add_argument('--runs', type=int, default=3,
+                      help='--binary: runs of the binary.')
   args = parser.parse_args(argv)
   if args.clients < 1:
     parser.error(f'--clients={args.clients}: expected a positive integer')
+  if args.runs < 1:
+    parser.error(f'--runs={args.runs}: expected a positive integer')
   if args.quick:
     args.task, args.clients = 'digits', min(args.clients, 2)
   return args
 
 
+def _seconds_since_process_start() -> float:
+  """Seconds since this process started, both ends counted from boot.
+
+  `psutil.Process().create_time()` adds the boot time, which Linux gives in
+  whole seconds, so it is off by up to a second (it read 0.96 s for a
+  15 ms interpreter start); /proc's start time and uptime share the boot.
+  """
+  with open('/proc/self/stat') as f:
+    # Field 22, counted after the command name (which may hold spaces).
+    start_ticks = int(f.read().rpartition(')')[2].split()[19])
+  with open('/proc/uptime') as f:
+    uptime = float(f.read().split()[0])
+  return uptime - start_ticks / os.sysconf('SC_CLK_TCK')
+
+
+def _time_binary(runs: int) -> list[float]:
+  """Seconds from spawning `binaries.train` to its `round 1/` line, per run.
+
+  Raises:
+    SystemExit: If a run fails or prints no `round 1/` line.
+  """
+  import subprocess
+  import tempfile
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  seconds = []
+  for _ in range(runs):
+    with tempfile.TemporaryDirectory() as out:
+      command = [sys.executable, '-m', 'binaries.train', '--task=digits',
+                 '--rounds=2', '--eval_every=2',
+                 f'--output_dir={os.path.join(out, "run")}']
+      start = time.perf_counter()
+      with subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True) as child:
+        first = None
+        for line in child.stdout:
+          if first is None and line.startswith('round 1/'):
+            first = time.perf_counter() - start
+        error = child.stderr.read()
+      if child.returncode or first is None:
+        raise SystemExit(f'startup: {" ".join(command)} exited with status '
+                         f'{child.returncode}'
+                         f'{"" if first else " before its first round"}:\n'
+                         f'{error[-2000:]}')
+      seconds.append(first)
+  return seconds
+
+
 def main(argv=None):
   stages = []
-  python_start = max(0.0, time.time() - psutil.Process().create_time() -
+  python_start = max(0.0, _seconds_since_process_start() -
                      (time.perf_counter() - _START))
   stages.append(('python start', python_start))
   args = _parse_args(argv)
+  if args.binary:
+    import statistics
+    seconds = _time_binary(args.runs)
+    print(f'startup: binaries.train --task=digits, spawn to its first round '
+          f'line; {os.getloadavg()[0]:.2f} 1-min load on {os.cpu_count()} '
+          'cores at the end')
+    print('runs (s):  ' + ' '.join(f'{s:.2f}' for s in seconds))
+    print(f'median (s): {statistics.median(seconds):.2f}')
+    return
 
   def timed(name, fn):
     start = time.perf_counter()
