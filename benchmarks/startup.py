@@ -10,9 +10,11 @@ its first round, as `binaries.train` does them:
 
   python start    interpreter start (the process's start in /proc, to
                   10 ms) to this module's first line
-  import TF       `import tensorflow`
+  import TF       `import binaries`: TensorFlow, imported as the binaries
+                  import it (collector paused, then `gc.freeze`)
   import TFF      `import tensorflow_federated`
-  import tff-opt  `tasks`, `tff_opt.program.registry`, `tff_opt.program.runtime`, ...
+  import tff-opt  `tasks`, `tff_opt.program.registry`, `tff_opt.program.runtime`,
+                  ..., then `binaries.freeze_imports()` as `binaries.train` does
   task build      `tasks.create_task` (`--task`; EMNIST-CR from TFF's
                   synthetic EMNIST, no files needed)
   process build   `registry.build_process('fedopt', ...)` (TFF traces and
@@ -143,7 +145,8 @@ def main(argv=None):
     stages.append((name, time.perf_counter() - start))
     return value
 
-  tf = timed('import TF', lambda: __import__('tensorflow'))
+  binaries = timed('import TF', lambda: __import__('binaries'))
+  tf = sys.modules['tensorflow']
   tff = timed('import TFF', lambda: __import__('tensorflow_federated'))
 
   def import_tff_opt():
@@ -151,6 +154,7 @@ def main(argv=None):
     from benchmarks import common
     from tff_opt.program import registry
     from tff_opt.program import runtime
+    binaries.freeze_imports()
     return tasks, common, registry, runtime
 
   tasks, common, registry, runtime = timed('import tff-opt', import_tff_opt)

@@ -33,6 +33,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
+import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.program import flag_adapters
 from tff_opt.program import output_lock
 from tff_opt.program import registry
@@ -483,6 +484,8 @@ def run(hparams: dict) -> None:
   from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
   from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
+  # The collector stops re-scanning what the imports made (binaries/__init__).
+  binaries.freeze_imports()
   resuming = prepare_output_dir(hparams)
   lock_output_dir(hparams['output_dir'])
   _set_execution_context(hparams)

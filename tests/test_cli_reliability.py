@@ -207,3 +207,26 @@ def test_binaries_import_tensorflow_without_its_start_up_noise(package):
   assert 'Unable to register' not in done.stderr
   assert 'TensorRT' not in done.stderr
   assert done.stderr.endswith('kept line\n')
+
+
+@pytest.mark.parametrize('collector', ['on', 'off'])
+def test_binaries_freeze_what_tensorflow_made_and_keep_the_collector(
+    collector):
+  """`import binaries` freezes TensorFlow's objects (binaries/__init__.py).
+
+  The collector is paused only during the import: it is on afterwards if
+  it was on before (a binary left without it would never free cycles), and
+  off if the caller had turned it off.
+  """
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ('import gc; ' + ('gc.disable(); ' if collector == 'off' else '') +
+          'import binaries; frozen = gc.get_freeze_count(); '
+          'import tensorflow_federated; binaries.freeze_imports(); '
+          'print(gc.isenabled(), frozen > 100_000, '
+          'gc.get_freeze_count() > frozen)')
+  done = subprocess.run([sys.executable, '-c', code], cwd=root,
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout == f'{collector == "on"} True True\n'
