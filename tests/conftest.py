@@ -12,7 +12,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # pylint: disable=g-import-not-at-top
 
+import binaries  # pylint: disable=g-import-not-at-top,g-bad-import-order
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
+
+# As the binaries do (binaries/__init__.py): the collector stops re-scanning
+# TensorFlow's and TFF's import-time objects at each full collection.
+binaries.freeze_imports()
 
 
 @pytest.fixture(scope='session', autouse=True)
