@@ -313,18 +313,27 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
   env = worker_env.worker_environment(intra_op_threads=intra_op_threads,
                                       onednn=onednn)
   _install_hooks()
-  worker = _LocalWorker(max_concurrent_clients, env)
+  return _worker_context(sync_execution_context.SyncExecutionContext,
+                         _LocalWorker(max_concurrent_clients, env).stub)
+
+
+def _worker_context(context_class, stub_fn):
+  """A TFF context of `context_class` running everything on one worker.
+
+  As TFF's local context is made, with the stub from `stub_fn()` for each
+  new executor.
+  """
 
   def executor_fn(cardinalities):
     # As TFF's local factory: a computation with no client-placed argument
     # still names the clients placement (with no clients).
     if cardinalities.get(tff.CLIENTS) is None:
       cardinalities[tff.CLIENTS] = 0
-    executor = remote_executor.RemoteExecutor(worker.stub())
+    executor = remote_executor.RemoteExecutor(stub_fn())
     executor.set_cardinalities(cardinalities)
     return executor
 
-  return sync_execution_context.SyncExecutionContext(
+  return context_class(
       executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
           executor_stack_fn=executor_fn),
       compiler_fn=native_compiler.desugar_and_transform_to_native,
@@ -658,25 +667,10 @@ def worker_channel(address: str, *,
 
 
 def _remote_context(channel: grpc.Channel, address: str):
-  """An asynchronous TFF context running everything on one worker."""
+  """An asynchronous TFF context running everything on one remote worker."""
   stub = _WorkerStub(channel, address)
-
-  def executor_fn(cardinalities):
-    # As TFF's local factory: a computation with no client-placed argument
-    # still names the clients placement (with no clients).
-    if cardinalities.get(tff.CLIENTS) is None:
-      cardinalities[tff.CLIENTS] = 0
-    executor = remote_executor.RemoteExecutor(stub)
-    executor.set_cardinalities(cardinalities)
-    return executor
-
-  return async_execution_context.AsyncExecutionContext(
-      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-          executor_stack_fn=executor_fn),
-      compiler_fn=native_compiler.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result,
-  )
+  return _worker_context(async_execution_context.AsyncExecutionContext,
+                         lambda: stub)
 
 
 def set_remote_execution_context(
