@@ -29,14 +29,17 @@ computation it is sent, so an exposed worker is remote code execution: run
 workers only on a private network or behind an authenticated tunnel.
 
 The local context's worker starts when the context is made, not on the
-first computation as in TFF: `subprocess.Popen` returns at once, and the
-worker loads TensorFlow (about a second) on another core while this process
-traces the model and builds the process; the first computation then waits,
-if at all, for the worker to answer (checked every `WORKER_POLL_SECONDS`,
-50 ms; TFF sleeps 1 s between checks), and a worker that exits while
-starting is an error naming its status instead of an endless wait. The
-rest is TFF's local context: the same executor service, channel options and
-compiler, and a worker found dead is started anew on the next computation.
+first computation as in TFF, and is waited for differently. TFF makes its
+gRPC channel as it spawns the worker; the channel's first connect comes
+before the worker listens and fails, and gRPC tries again only after its
+reconnect back-off, 1 s, so each start took 1 to 2 s although the worker
+accepts connections ~60 ms after it is spawned. Here `subprocess.Popen`
+returns at once, and the first computation probes the worker's port every
+`WORKER_POLL_SECONDS` (50 ms) before it makes the channel; a worker that
+exits while starting is an error naming its status instead of an endless
+wait. The rest is TFF's local context: the same executor service, stub,
+channel options and compiler, and a worker found dead is started anew on
+the next computation.
 
 `configure_gpus` applies GPU memory growth and logical GPUs; without a GPU
 it logs one line and does nothing.
