@@ -880,9 +880,7 @@ def main(argv: Sequence[str],
                              log=lambda line: print(line, flush=True))
   except KeyboardInterrupt:
     # The runs under way were interrupted and keep what they wrote.
-    print('claims: interrupted; resume with the same command', file=sys.stderr,
-          flush=True)
-    sys.exit(130)
+    sweep.exit_interrupted('claims')
   failed = [job for job, status in outcome.items() if status == 'failed']
   print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
                       seeds=FLAGS.seeds, command=command), flush=True)

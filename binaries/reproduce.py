@@ -607,9 +607,7 @@ def main(argv: Sequence[str],
         log=lambda line: print(line, flush=True))
   except KeyboardInterrupt:
     # The runs under way were interrupted and keep what they wrote.
-    print('reproduce: interrupted; resume with the same command',
-          file=sys.stderr, flush=True)
-    sys.exit(130)
+    sweep.exit_interrupted('reproduce')
   cells = collect(table, scale, points)
   markdown = render_markdown(table, scale, cells, seeds=seeds,
                              stand_in=stand_in)

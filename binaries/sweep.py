@@ -54,7 +54,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import NoReturn, Optional
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
@@ -350,6 +350,13 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     if previous is not None:
       signal.signal(signal.SIGTERM, previous)
   return outcome
+
+
+def exit_interrupted(prog: str) -> NoReturn:
+  """Ctrl-C's one line and status 130 (the runs keep what they wrote)."""
+  print(f'{prog}: interrupted; resume with the same command',
+        file=sys.stderr, flush=True)
+  sys.exit(130)
 
 
 def _exit_on_sigterm():
@@ -728,9 +735,7 @@ def main(argv: Sequence[str],
   try:
     _main(argv, launcher)
   except KeyboardInterrupt:
-    print('sweep: interrupted; resume with the same command',
-          file=sys.stderr, flush=True)
-    sys.exit(130)
+    exit_interrupted('sweep')
 
 
 def _main(argv: Sequence[str], launcher: Launcher) -> None:
