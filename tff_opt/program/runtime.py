@@ -402,10 +402,9 @@ def _streams_with_fileno():
   log) has none, so the process's original streams stand in for it.
   """
   saved = sys.stdout, sys.stderr
-  if not _has_fileno(sys.stdout) and _has_fileno(sys.__stdout__):
-    sys.stdout = sys.__stdout__
-  if not _has_fileno(sys.stderr) and _has_fileno(sys.__stderr__):
-    sys.stderr = sys.__stderr__
+  stdout, stderr = _worker_streams()
+  sys.stdout = saved[0] if stdout is None else stdout
+  sys.stderr = saved[1] if stderr is None else stderr
   try:
     yield
   finally:
