@@ -8,6 +8,8 @@ flags and the tasks' options without reading data.
 """
 
 import csv
+import dataclasses
+import math
 import os
 
 import pytest
@@ -66,24 +68,32 @@ def _main(args, launcher=fabricate):
 # --- Verdicts ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('diffs, verdict', [
-    ([0.1, 0.2, 0.01], 'reproduced'),
-    ([-0.1, 0.0, -0.3], 'not reproduced'),
-    ([0.0, 0.0], 'not reproduced'),
-    ([0.1, -0.1, 0.2], 'inconclusive'),
-    ([0.5], 'pending'),
-    ([], 'pending'),
+@pytest.mark.parametrize('diffs, res, verdict', [
+    ([0.1, 0.2, 0.01], 0.0, 'reproduced'),
+    ([-0.1, -0.2, -0.3], 0.0, 'not reproduced'),
+    # A tie is no evidence either way: not a refutation.
+    ([0.0, 0.0], 0.0, 'inconclusive'),
+    ([-0.1, 0.0, -0.3], 0.0, 'inconclusive'),
+    ([0.1, -0.1, 0.2], 0.0, 'inconclusive'),
+    # Below the resolution, whatever the sign, is a tie.
+    ([0.5, 0.4, 0.3], 0.55, 'inconclusive'),
+    ([-0.5, -0.4, -0.3], 0.55, 'inconclusive'),
+    ([0.6, 0.7], 0.55, 'reproduced'),
+    ([-0.6, -0.7], 0.55, 'not reproduced'),
+    ([float('nan'), 1.0], 0.0, 'inconclusive'),
+    ([0.5], 0.0, 'pending'),
+    ([], 0.0, 'pending'),
 ])
-def test_paired_verdict(diffs, verdict):
-  assert claims.paired_verdict(diffs) == verdict
+def test_paired_verdict(diffs, res, verdict):
+  assert claims.paired_verdict(diffs, res) == verdict
 
 
-def _claim(measures, rounds=10, settings=('S',)):
+def _claim(measures, rounds=10, settings=('S',), flags=()):
   return claims.Claim(
       name='fedadc', statement='s', setting_text='t', methods=(),
       settings=tuple(paper_tables.Setting(label, (), rounds, measures)
                      for label in settings),
-      flags=(), checks=())
+      flags=flags, checks=())
 
 
 def test_better_pairs_seeds_and_reports_the_mean_difference():
@@ -94,24 +104,111 @@ def test_better_pairs_seeds_and_reports_the_mean_difference():
       claim, values)
   # Differences 10, 1, 1: mean 4, sample std sqrt(((6)^2+(3)^2+(3)^2)/2).
   assert verdict == 'reproduced'
-  assert numbers == 'difference in the claimed direction +4.00 ± 5.20 over 3 seed(s)'
+  assert numbers == ('difference in the claimed direction +4.00 ± 5.20 over '
+                     '3 seed(s); every seed beyond no resolution stated')
   verdict, _ = claims.Better('B', 'A', 'S', 'acc').evaluate(claim, values)
   assert verdict == 'not reproduced'
 
 
-def test_rounds_to_not_reached_counts_as_more_rounds_than_the_run():
+def test_a_missing_value_is_not_dropped():
+  """B's third seed finished without a value: A's worst seed can't vanish."""
+  claim = _claim((Measure('acc', 'final'),))
+  values = {('A', 'S', 'acc'): {0: 70.0, 1: 71.0, 2: 60.0},
+            ('B', 'S', 'acc'): {0: 60.0, 1: 61.0, 2: None}}
+  verdict, numbers = claims.Better('A', 'B', 'S', 'acc').evaluate(
+      claim, values)
+  assert verdict == 'inconclusive'
+  assert numbers.endswith('no value (missing or NaN) for seed(s) 2')
+  values[('B', 'S', 'acc')][2] = float('nan')
+  assert claims.Better('A', 'B', 'S', 'acc').evaluate(
+      claim, values)[0] == 'inconclusive'
+  # A seed still running (absent) is not missing: two seeds decide.
+  del values[('B', 'S', 'acc')][2]
+  assert claims.Better('A', 'B', 'S', 'acc').evaluate(
+      claim, values)[0] == 'reproduced'
+
+
+def test_rounds_to_one_run_censored_decides_the_seed():
   claim = _claim((Measure('90%', 'rounds_to', 0.9, scale=1.0),), rounds=40)
-  # A reaches 90% at rounds 12 and 30; B never (41) and at 35.
+  # A reaches 90% at rounds 12 and 30; B never, and at 35.
   values = {('A', 'S', '90%'): {0: 12.0, 1: 30.0},
             ('B', 'S', '90%'): {0: None, 1: 35.0}}
   verdict, numbers = claims.Better('A', 'B', 'S', '90%').evaluate(
       claim, values)
-  assert verdict == 'reproduced'  # Fewer rounds is better: 41-12, 35-30.
-  assert numbers.startswith('difference in the claimed direction +17.00')
-  # Neither reaches it: a tie, which is not the claimed improvement.
-  values = {('A', 'S', '90%'): {0: None, 1: None},
-            ('B', 'S', '90%'): {0: None, 1: None}}
-  assert claims.Better('A', 'B', 'S', '90%').evaluate(
+  assert verdict == 'reproduced'  # Fewer rounds is better.
+  # The mean is over the seeds where both reached it (35 - 30).
+  assert numbers == ('difference in the claimed direction +5.00 over 2 '
+                     'seed(s); every seed beyond the 1-round evaluation grid')
+  assert claims.Better('B', 'A', 'S', '90%').evaluate(
+      claim, values)[0] == 'not reproduced'
+
+
+def test_censored_everywhere_is_inconclusive_not_a_refutation():
+  """FedCurv's old 95% check: every run of every method scored 41 vs 41."""
+  claim = _claim((Measure('rounds to 95%', 'rounds_to', 0.95, scale=1.0),),
+                 rounds=40)
+  values = {('A', 'S', 'rounds to 95%'): {0: None, 1: None, 2: None},
+            ('B', 'S', 'rounds to 95%'): {0: None, 1: None, 2: None}}
+  verdict, numbers = claims.Better('A', 'B', 'S', 'rounds to 95%').evaluate(
+      claim, values)
+  assert verdict == 'inconclusive'
+  assert numbers.endswith('; no run reached 95% in 40 rounds')
+  assert claims.Fastest('A', ('B',), 'S', 'rounds to 95%').evaluate(
+      claim, values) == (
+          'inconclusive', 'rounds saved against the fastest other n/a; no '
+          'run reached 95% in 40 rounds')
+
+
+def test_tied_at_the_evaluation_grid_is_inconclusive():
+  """Reddi's old 'fastest' check: both reach 40% at round 50, 25-round grid."""
+  claim = _claim((Measure('rounds to 40%', 'rounds_to', 0.4, scale=1.0),),
+                 rounds=100, flags=('--eval_every=25',))
+  values = {('A', 'S', 'rounds to 40%'): {0: 50.0, 1: 50.0, 2: 50.0},
+            ('B', 'S', 'rounds to 40%'): {0: 50.0, 1: 50.0, 2: 75.0},
+            ('C', 'S', 'rounds to 40%'): {0: 75.0, 1: 50.0, 2: 50.0}}
+  verdict, numbers = claims.Fastest('A', ('B', 'C'), 'S',
+                                    'rounds to 40%').evaluate(claim, values)
+  assert verdict == 'inconclusive'
+  assert numbers.endswith('tied within the 25-round evaluation grid on '
+                          'every seed')
+  # One grid step apart on every seed is resolved.
+  values[('A', 'S', 'rounds to 40%')] = {0: 25.0, 1: 25.0, 2: 25.0}
+  assert claims.Fastest('A', ('B', 'C'), 'S', 'rounds to 40%').evaluate(
+      claim, values)[0] == 'reproduced'
+
+
+def test_an_accuracy_difference_below_one_standard_error_is_a_tie():
+  claim = _claim((Measure('acc', 'final'),))
+  values = {('A', 'S', 'acc'): {0: 97.3, 1: 97.4, 2: 97.2},
+            ('B', 'S', 'acc'): {0: 97.0, 1: 97.0, 2: 97.0}}
+  sizes = {'S': 1000}
+  level = (97.3 + 97.4 + 97.2 + 3 * 97.0) / 6
+  se = 100 * math.sqrt(level / 100 * (1 - level / 100) / 1000)
+  assert se == pytest.approx(0.53, abs=0.01)
+  verdict, numbers = claims.Better('A', 'B', 'S', 'acc').evaluate(
+      claim, values, sizes)
+  assert verdict == 'inconclusive'
+  assert numbers.endswith(
+      f'tied within one evaluation\'s standard error {se:.2f} points (1,000 '
+      f'predictions at {level:.1f}%) on every seed')
+  # The same differences on 100,000 predictions are resolved.
+  assert claims.Better('A', 'B', 'S', 'acc').evaluate(
+      claim, values, {'S': 100_000})[0] == 'reproduced'
+  # And against it, with the same resolution, is a tie too.
+  assert claims.Better('B', 'A', 'S', 'acc').evaluate(
+      claim, values, sizes)[0] == 'inconclusive'
+
+
+def test_a_lower_is_better_metric():
+  claim = _claim((Measure('loss', 'final', metric='eval_loss', scale=1.0),))
+  values = {('A', 'S', 'loss'): {0: 0.50, 1: 0.40},
+            ('B', 'S', 'loss'): {0: 0.60, 1: 0.45}}
+  verdict, numbers = claims.Better('A', 'B', 'S', 'loss').evaluate(
+      claim, values, {'S': 1000})  # No standard error for a loss.
+  assert verdict == 'reproduced'
+  assert numbers.startswith('difference in the claimed direction +0.07 ± '
+                            '0.04 over 2 seed(s)')
+  assert claims.Better('B', 'A', 'S', 'loss').evaluate(
       claim, values)[0] == 'not reproduced'
 
 
@@ -125,7 +222,19 @@ def test_gain_larger_compares_the_gains_seed_by_seed():
   verdict, numbers = check.evaluate(claim, values)
   # Gains at E=8: 10, 5; at E=1: 1, 2 -> 9 and 3 > 0 on both seeds.
   assert verdict == 'reproduced'
-  assert numbers == 'gain at E=8 +7.50 ± 3.54, at E=1 +1.50 ± 0.71'
+  assert numbers.startswith('gain at E=8 +7.50 ± 3.54, at E=1 +1.50 ± 0.71;')
+
+
+def test_equal_gains_are_a_tie():
+  claim = _claim((Measure('final', 'final'),), settings=('E=8', 'E=1'))
+  values = {('F', 'E=8', 'final'): {0: 80.0, 1: 75.0},
+            ('A', 'E=8', 'final'): {0: 70.0, 1: 70.0},
+            ('F', 'E=1', 'final'): {0: 90.0, 1: 85.0},
+            ('A', 'E=1', 'final'): {0: 80.0, 1: 80.0}}
+  verdict, numbers = claims.GainLarger('F', 'A', 'E=8', 'E=1',
+                                       'final').evaluate(claim, values)
+  assert verdict == 'inconclusive'
+  assert numbers.endswith('tied within no resolution stated on every seed')
 
 
 def test_a_shrinking_loss_is_not_a_growing_gain():
@@ -138,7 +247,7 @@ def test_a_shrinking_loss_is_not_a_growing_gain():
   verdict, numbers = claims.GainLarger('F', 'A', 'E=8', 'E=1',
                                        'final').evaluate(claim, values)
   assert verdict == 'not reproduced'
-  assert numbers == 'gain at E=8 -51.00 ± 0.00, at E=1 -65.00 ± 0.00'
+  assert numbers.startswith('gain at E=8 -51.00 ± 0.00, at E=1 -65.00 ± 0.00')
 
 
 def test_within_reads_the_spread_of_the_means():
@@ -153,6 +262,28 @@ def test_within_reads_the_spread_of_the_means():
       claim, values)[0] == 'reproduced'
   assert claims.Within(('A', 'C'), 'S', 'acc', 1.0).evaluate(
       claim, values) == ('pending', 'C: 1 seed(s) finished')
+  values[('B', 'S', 'acc')] = {0: 56.0, 1: None}
+  assert claims.Within(('A', 'B'), 'S', 'acc', 1.5).evaluate(
+      claim, values) == ('inconclusive', 'B: no value (missing or NaN) for '
+                         'seed(s) 1')
+
+
+def test_within_at_exactly_its_limit():
+  claim = _claim((Measure('acc', 'final'),))
+  values = {('A', 'S', 'acc'): {0: 57.0, 1: 57.0},
+            ('B', 'S', 'acc'): {0: 56.0, 1: 56.0}}
+  check = claims.Within(('A', 'B'), 'S', 'acc', 1.0)
+  # No resolution: the limit is inclusive.
+  assert check.evaluate(claim, values)[0] == 'reproduced'
+  # With one evaluation's standard error (~1.6 points on 1,000 at 56.5%),
+  # a spread of exactly the limit cannot be told from 1 + or - 1.6.
+  verdict, numbers = check.evaluate(claim, values, {'S': 1000})
+  assert verdict == 'inconclusive'
+  assert numbers.endswith('(1,000 predictions at 56.5%) of the limit 1')
+  assert claims.Within(('A', 'B'), 'S', 'acc', 3.0).evaluate(
+      claim, values, {'S': 1000})[0] == 'reproduced'
+  assert claims.Within(('A', 'B'), 'S', 'acc', 0.1).evaluate(
+      claim, values, {'S': 100_000})[0] == 'not reproduced'
 
 
 def test_fastest_against_the_fastest_other_method():
@@ -163,7 +294,53 @@ def test_fastest_against_the_fastest_other_method():
   verdict, numbers = claims.Fastest('A', ('B', 'C'), 'S', '40%').evaluate(
       claim, values)
   assert verdict == 'inconclusive'  # 30-20 = 10, then 24-25 = -1.
-  assert numbers == 'rounds saved against the fastest other +4.50 ± 7.78'
+  assert numbers == ('rounds saved against the fastest other +4.50 ± 7.78; '
+                     'the seeds disagree (1 for, 1 against)')
+  # The method censored while another reached it: against.
+  values[('A', 'S', '40%')] = {0: None, 1: None}
+  assert claims.Fastest('A', ('B', 'C'), 'S', '40%').evaluate(
+      claim, values)[0] == 'not reproduced'
+
+
+class _Fixed:
+  """A check whose verdict is given (for the claim's priority order)."""
+
+  def __init__(self, verdict):
+    self.verdict = verdict
+
+  def evaluate(self, claim, values, eval_sizes=None):
+    del claim, values, eval_sizes
+    return self.verdict, ''
+
+
+@pytest.mark.parametrize('verdicts, overall', [
+    (('not reproduced', 'pending'), 'not reproduced'),
+    (('reproduced', 'not reproduced'), 'not reproduced'),
+    (('inconclusive', 'not reproduced'), 'not reproduced'),
+    (('reproduced', 'reproduced'), 'reproduced'),
+    (('reproduced', 'pending'), 'pending'),
+    (('inconclusive', 'pending'), 'pending'),
+    (('reproduced', 'inconclusive'), 'inconclusive'),
+])
+def test_the_claims_verdict_in_priority_order(verdicts, overall):
+  claim = dataclasses.replace(
+      _claim((Measure('acc', 'final'),)),
+      checks=tuple(_Fixed(v) for v in verdicts))
+  assert claims.evaluate(claim, {})[0] == overall
+
+
+def test_eval_sizes_are_read_from_the_runs(tmp_path):
+  claim = claims.CLAIMS['fedopt']
+  points = claims.points_of(claim, seeds=1, out_dir=str(tmp_path),
+                            data_dir='d')
+  p = points[0]
+  os.makedirs(p.output_dir)
+  with open(os.path.join(p.output_dir, 'metrics.csv'), 'w') as f:
+    f.write('round,eval_accuracy,eval_num_tokens,eval_num_examples\n')
+    for r in range(1, p.rounds + 1):
+      last = r == p.rounds
+      f.write(f'{r},0.5,{123456 if last else ""},{3559 if last else ""}\n')
+  assert claims.eval_sizes_of(points) == {p.setting.label: 123456}
 
 
 def test_at_round_reads_the_last_evaluation_up_to_the_round():
