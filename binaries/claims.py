@@ -439,6 +439,64 @@ class Fastest:
 Check = Better | GainLarger | Within | Fastest
 
 
+# --- Tuning ------------------------------------------------------------------
+
+# The seed of every tuning run: no check reads it, so the value picked is
+# not fitted to the seeds that test the claim (they share the test set,
+# not the partition, initial weights or sampled clients).
+TUNING_SEED = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+  """How one method's hyper-parameter is picked, fixed before any run.
+
+  Each candidate (the method with `--flag=value`, for every value) runs in
+  `setting` on `TUNING_SEED`; the value whose run is best on `measure`
+  there is the method's in every run a check reads. Ties go to the first
+  of `values`; a candidate without the value (a target not reached, NaN)
+  ranks last. Until every candidate finished, the method's runs wait.
+
+  Attributes:
+    method: The label of the tuned method (one of the claim's methods).
+    flag: The `binaries.train` flag tuned, without dashes.
+    values: The candidates, as the flag's text.
+    setting: The setting's label the candidates run in.
+    measure: The measure's label (in `setting`) that picks.
+  """
+  method: str
+  flag: str
+  values: tuple[str, ...]
+  setting: str
+  measure: str
+
+  def candidate(self, value: str) -> str:
+    """The label of the candidate run with `value`."""
+    return f'{self.method} {self.flag}={value}'
+
+  def describe(self) -> str:
+    return (f'{self.method}: --{self.flag} over {", ".join(self.values)}, '
+            f'the best {self.measure} in {self.setting} on seed '
+            f'{TUNING_SEED}')
+
+
+def pick(tuning: Tuning, claim: 'Claim', values: Values) -> Optional[str]:
+  """The value `tuning` picks from the finished candidates, or None."""
+  measure = claim.measure(tuning.setting, tuning.measure)
+  sign = _better_sign(measure)
+  scores = []
+  for value in tuning.values:
+    runs = values.get((tuning.candidate(value), tuning.setting,
+                       tuning.measure), {})
+    if TUNING_SEED not in runs:
+      return None
+    got = runs[TUNING_SEED]
+    ok = got is not None and not math.isnan(got)
+    scores.append(sign * got if ok else -math.inf)
+  best = max(scores)
+  return tuning.values[scores.index(best)]
+
+
 # --- Claims ------------------------------------------------------------------
 
 
@@ -456,6 +514,7 @@ class Claim:
     flags: `binaries.train` flags shared by every run.
     checks: What must hold for the claim to be reproduced.
     paper_numbers: The paper's figures the claim rests on, in words.
+    tunings: The methods whose hyper-parameter is picked first (`Tuning`).
   """
   name: str
   statement: str
@@ -465,6 +524,7 @@ class Claim:
   flags: tuple[str, ...]
   checks: tuple[Check, ...]
   paper_numbers: str = ''
+  tunings: tuple[Tuning, ...] = ()
 
   def setting(self, label: str) -> Setting:
     for s in self.settings:
@@ -479,14 +539,37 @@ class Claim:
     raise ValueError(f'claim {self.name}: setting {setting!r} has no '
                      f'measure {label!r}.')
 
-  def table(self) -> paper_tables.Table:
-    """The grid as a `paper_tables.Table` (one scale, run as 'small')."""
+  def method(self, label: str) -> Method:
+    for m in self.methods:
+      if m.label == label:
+        return m
+    raise ValueError(f'claim {self.name}: no method {label!r}.')
+
+  def tuning(self, label: str) -> Optional[Tuning]:
+    """The tuning of method `label`, or None."""
+    found = [t for t in self.tunings if t.method == label]
+    return found[0] if found else None
+
+  def candidates(self, tuning: Tuning) -> tuple[Method, ...]:
+    """The runs that tune `tuning`'s method, as methods of one setting."""
+    base = self.method(tuning.method)
+    return tuple(Method(tuning.candidate(v),
+                        (*base.flags, f'--{tuning.flag}={v}'),
+                        settings=(tuning.setting,)) for v in tuning.values)
+
+  def table(self, methods: Optional[Sequence[Method]] = None
+            ) -> paper_tables.Table:
+    """The grid as a `paper_tables.Table` (one scale, run as 'small').
+
+    Args:
+      methods: The rows (default: the claim's methods).
+    """
     scale = paper_tables.Scale(settings=self.settings, seeds=3,
                                flags=self.flags)
     return paper_tables.Table(
         paper=self.name, number='claim', title=self.statement,
-        methods=self.methods, methods_as_rows=True, printed={},
-        paper_scale=scale, small=scale)
+        methods=tuple(self.methods if methods is None else methods),
+        methods_as_rows=True, printed={}, paper_scale=scale, small=scale)
 
 
 def _opts(**options) -> tuple[str, ...]:
@@ -746,17 +829,45 @@ def claim_dir(out_dir: str, claim: Claim) -> str:
 
 def points_of(claim: Claim, *, seeds: int, out_dir: str,
               data_dir: Optional[str]) -> list[reproduce.Point]:
-  """The claim's runs: methods x settings x seeds 0..seeds-1."""
-  return reproduce.grid(claim.table(), 'small', seeds=seeds,
-                        work_dir=claim_dir(out_dir, claim), data_dir=data_dir)
+  """The claim's runs that can be launched now.
+
+  The tunings' candidates (on `TUNING_SEED`), then methods x settings x
+  seeds 0..seeds-1, where a tuned method runs with the value its tuning
+  picked; a tuned method whose candidates have not all finished has no
+  runs yet (`waiting`).
+  """
+  work_dir = claim_dir(out_dir, claim)
+  tuning_points = [
+      p for t in claim.tunings for p in reproduce.grid(
+          claim.table(claim.candidates(t)), 'small', seeds=[TUNING_SEED],
+          work_dir=work_dir, data_dir=data_dir)]
+  tuned = values_of(claim, tuning_points)
+  methods = []
+  for m in claim.methods:
+    t = claim.tuning(m.label)
+    if t is None:
+      methods.append(m)
+    elif (value := pick(t, claim, tuned)) is not None:
+      methods.append(dataclasses.replace(
+          m, flags=(*m.flags, f'--{t.flag}={value}')))
+  return tuning_points + reproduce.grid(
+      claim.table(methods), 'small', seeds=seeds, work_dir=work_dir,
+      data_dir=data_dir)
+
+
+def waiting(claim: Claim, points: Sequence[reproduce.Point]) -> list[str]:
+  """The tuned methods of `claim` that have no runs among `points` yet."""
+  have = {p.method.label for p in points}
+  return [t.method for t in claim.tunings if t.method not in have]
 
 
 def seed_major(points_by_claim: Mapping[str, Sequence[reproduce.Point]]
                ) -> list[tuple[str, reproduce.Point]]:
-  """Every point, seed 0 of every claim first, then seed 1, ..."""
+  """Every point: the tunings' first, then seed 0 of every claim, 1, ..."""
   ordered = [(name, p) for name, points in points_by_claim.items()
              for p in points]
-  return sorted(ordered, key=lambda item: item[1].seed)  # Stable.
+  return sorted(ordered, key=lambda item: (item[1].seed != TUNING_SEED,
+                                           item[1].seed))  # Stable.
 
 
 def run_name(claim_name: str, point: reproduce.Point) -> str:
@@ -856,6 +967,15 @@ def render_claim(claim: Claim, values: Values, *, seeds: int,
         row.append(_cell(values.get((method.label, s.label, m.label), {}),
                          m, seeds))
     lines.append('| ' + ' | '.join(row) + ' |')
+  for t in claim.tunings:
+    measure = claim.measure(t.setting, t.measure)
+    cells = ', '.join(
+        f'{v}: ' + _cell(values.get((t.candidate(v), t.setting, t.measure),
+                                    {}), measure, 1) for v in t.values)
+    chosen = pick(t, claim, values)
+    lines += ['', f'Tuning ({t.describe()}; fixed before the runs): '
+              f'{cells}; ' + (f'picked **{chosen}**.' if chosen else
+                              f'{t.method}\'s runs wait for it.')]
   lines += ['', f'**Verdict: {overall}.**', '']
   for check, verdict, numbers in results:
     lines.append(f'- {check.describe()}: **{verdict}** ({numbers}).')
@@ -1020,6 +1140,10 @@ def main(argv: Sequence[str],
          load_data: bool = True) -> None:
   """Parses `argv` (program name first), runs the claims, writes reports.
 
+  Runs in passes: each launches every point that can run (`points_of`);
+  a pass that finishes a tuning makes its method's runs launchable, and
+  the next pass runs them. It stops after a pass that found no new point.
+
   Exits with status 2 and one `claims: error: ...` line on a bad flag, a
   point this package cannot run (a missing data set names its make
   target), or points that failed (after writing the reports); with status
@@ -1033,10 +1157,75 @@ def main(argv: Sequence[str],
     _fail(f'--claims: no claim {", ".join(unknown)} (claims: '
           f'{", ".join(CLAIMS)}).')
   claims = [CLAIMS[c] for c in FLAGS.claims]
+  command = 'python -m binaries.claims ' + ' '.join(argv[1:])
+  logs_dir = os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)
+  launched: set[str] = set()
+  failed: list[str] = []
+  first = True
+  while True:
+    points_by_claim, summarised = _points(claims)
+    if FLAGS.report_only:
+      print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
+                          seeds=FLAGS.seeds, command=command), flush=True)
+      return
+    try:
+      for c in claims:
+        reproduce.check_points(points_by_claim[c.name],
+                               where=f'claim {c.name}', load_data=load_data)
+    except reproduce.UsageError as e:
+      _fail(str(e))
+    ordered = seed_major(points_by_claim)
+    if FLAGS.runs:
+      ordered = [(name, p) for name, p in ordered
+                 if any(fnmatch.fnmatchcase(run_name(name, p), pattern)
+                        for pattern in FLAGS.runs)]
+      if not ordered and first:
+        _fail(f'--runs={",".join(FLAGS.runs)}: no run of '
+              f'{", ".join(FLAGS.claims)} matches (names as in '
+              f'{logs_dir}, e.g. '
+              f'{run_name(*seed_major(points_by_claim)[0])}).')
+    jobs = [sweep.Job(name=run_name(name, p), argv=p.argv,
+                      output_dir=p.output_dir, rounds=p.rounds)
+            for name, p in ordered if run_name(name, p) not in launched]
+    waits = [f'{c.name}: {m} waits for its tuning' for c in claims
+             for m in waiting(c, points_by_claim[c.name])]
+    if first:
+      print(f'claims: {len(ordered)} runs ({FLAGS.seeds} seed(s)) of '
+            f'{", ".join(FLAGS.claims)}, {FLAGS.parallel} at a time, in '
+            f'{FLAGS.out_dir}', flush=True)
+      for line in waits:
+        print(line, flush=True)
+    elif jobs:
+      print(f'claims: {len(jobs)} more runs, their tunings finished',
+            flush=True)
+    first = False
+    if FLAGS.dry_run:
+      for _, p in ordered:
+        done = (' # finished, would be skipped'
+                if sweep.is_finished(p.output_dir, p.rounds) else '')
+        print('python -m binaries.train ' + ' '.join(p.argv) + done)
+      return
+    if not jobs:
+      break
+    launched.update(job.name for job in jobs)
+    failed += _run(jobs, claims, summarised, logs_dir=logs_dir,
+                   command=command, launcher=launcher)
+  print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
+                      seeds=FLAGS.seeds, command=command), flush=True)
+  if failed:
+    _fail(f'{len(failed)} runs failed: {", ".join(failed)}; see '
+          f'{logs_dir}.')
+
+
+def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
+  """(the points of `claims`, those plus other claims' with finished runs).
+
+  The second is what the summary covers: a run of some claims does not
+  drop the others from `claims.md`.
+  """
   points_by_claim = {
       c.name: points_of(c, seeds=FLAGS.seeds, out_dir=FLAGS.out_dir,
                         data_dir=FLAGS.data_dir) for c in claims}
-  # The summary keeps the claims not run now that have finished runs.
   summarised = dict(points_by_claim)
   for other in CLAIMS.values():
     if other.name not in summarised:
@@ -1044,40 +1233,13 @@ def main(argv: Sequence[str],
                          data_dir=FLAGS.data_dir)
       if any(sweep.is_finished(p.output_dir, p.rounds) for p in points):
         summarised[other.name] = points
-  command = 'python -m binaries.claims ' + ' '.join(argv[1:])
-  if FLAGS.report_only:
-    print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
-                        seeds=FLAGS.seeds, command=command), flush=True)
-    return
-  try:
-    for c in claims:
-      reproduce.check_points(points_by_claim[c.name],
-                             where=f'claim {c.name}', load_data=load_data)
-  except reproduce.UsageError as e:
-    _fail(str(e))
-  ordered = seed_major(points_by_claim)
-  if FLAGS.runs:
-    ordered = [(name, p) for name, p in ordered
-               if any(fnmatch.fnmatchcase(run_name(name, p), pattern)
-                      for pattern in FLAGS.runs)]
-    if not ordered:
-      _fail(f'--runs={",".join(FLAGS.runs)}: no run of '
-            f'{", ".join(FLAGS.claims)} matches (names as in '
-            f'{os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)}, e.g. '
-            f'{run_name(*seed_major(points_by_claim)[0])}).')
-  print(f'claims: {len(ordered)} runs ({FLAGS.seeds} seed(s)) of '
-        f'{", ".join(FLAGS.claims)}, {FLAGS.parallel} at a time, in '
-        f'{FLAGS.out_dir}', flush=True)
-  if FLAGS.dry_run:
-    for _, p in ordered:
-      done = (' # finished, would be skipped'
-              if sweep.is_finished(p.output_dir, p.rounds) else '')
-      print('python -m binaries.train ' + ' '.join(p.argv) + done)
-    return
-  logs_dir = os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)
-  jobs = [sweep.Job(name=run_name(name, p), argv=p.argv,
-                    output_dir=p.output_dir, rounds=p.rounds)
-          for name, p in ordered]
+  return points_by_claim, summarised
+
+
+def _run(jobs: Sequence[sweep.Job], claims: Sequence[Claim],
+         summarised: Mapping[str, Sequence[reproduce.Point]], *,
+         logs_dir: str, command: str, launcher: sweep.Launcher) -> list[str]:
+  """Runs `jobs`, `--parallel` at a time; returns the names that failed."""
   report_lock = threading.Lock()
 
   def launch_and_report(argv_: list[str], log_path: str) -> int:
@@ -1097,12 +1259,7 @@ def main(argv: Sequence[str],
   except KeyboardInterrupt:
     # The runs under way were interrupted and keep what they wrote.
     sweep.exit_interrupted('claims')
-  failed = [job for job, status in outcome.items() if status == 'failed']
-  print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
-                      seeds=FLAGS.seeds, command=command), flush=True)
-  if failed:
-    _fail(f'{len(failed)} runs failed: {", ".join(failed)}; see '
-          f'{logs_dir}.')
+  return [job for job, status in outcome.items() if status == 'failed']
 
 
 def _fail(message: str) -> None:

@@ -47,7 +47,7 @@ import re
 import statistics
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
@@ -133,7 +133,8 @@ def table_dir(out_dir: str, table: paper_tables.Table, scale: str,
                       f'{table.paper}_table{table.number}_{scale}{suffix}')
 
 
-def grid(table: paper_tables.Table, scale: str, *, seeds: int, work_dir: str,
+def grid(table: paper_tables.Table, scale: str, *,
+         seeds: Union[int, Sequence[int]], work_dir: str,
          data_dir: Optional[str] = None,
          stand_in: str = paper_tables.STAND_INS[0]) -> list[Point]:
   """Every run of the table at `scale`: methods x settings x seeds.
@@ -142,7 +143,8 @@ def grid(table: paper_tables.Table, scale: str, *, seeds: int, work_dir: str,
     table: The table.
     scale: 'small' or 'paper'.
     stand_in: The data of the small scale (`paper_tables.STAND_INS`).
-    seeds: Seeds 0..seeds-1 per (method, setting).
+    seeds: Seeds 0..seeds-1 per (method, setting), or the seeds
+      themselves (a sequence of non-negative integers).
     work_dir: The table's directory (`table_dir`).
     data_dir: Passed to every run as `--data_dir` when given.
 
@@ -150,17 +152,22 @@ def grid(table: paper_tables.Table, scale: str, *, seeds: int, work_dir: str,
     The points, in table order (method, setting, seed).
 
   Raises:
-    ValueError: If `seeds` is not positive.
+    ValueError: If `seeds` is not positive, or a sequence that is empty or
+      holds a negative seed.
   """
-  if seeds < 1:
-    raise ValueError(f'seeds must be a positive integer, got {seeds}.')
+  if isinstance(seeds, int):
+    if seeds < 1:
+      raise ValueError(f'seeds must be a positive integer, got {seeds}.')
+    seeds = range(seeds)
+  elif not seeds or min(seeds) < 0:
+    raise ValueError(f'seeds must be non-negative integers, got {seeds}.')
   spec = table.scale(scale, stand_in)
   points = []
   for method in table.methods:
     for setting in spec.settings:
       if not runs_in(method, setting):
         continue
-      for seed in range(seeds):
+      for seed in seeds:
         name = f'{_slug(method.label)}__{_slug(setting.label)}__seed{seed}'
         output_dir = os.path.join(work_dir, RUNS_DIR, name)
         argv = (*spec.flags, *setting.flags, *method.flags,

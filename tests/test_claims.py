@@ -474,3 +474,82 @@ def test_every_claim_runs_binaries_train_flags(name, tmp_path):
              if hasattr(check, a)} | set(getattr(check, 'methods', ()))
     named |= set(getattr(check, 'others', ()))
     assert named <= labels
+
+
+# --- Tuning ----------------------------------------------------------------------
+
+
+def _tuned_claim():
+  setting = paper_tables.Setting(
+      'S', ('--task=mnist5k',), 4, (Measure('final', 'final'),))
+  return claims.Claim(
+      name='fedadc', statement='s', setting_text='t',
+      methods=(paper_tables.Method('FedAvg', ('--algorithm=fedopt',)),
+               paper_tables.Method('FedProx', ('--algorithm=fedprox',))),
+      settings=(setting,), flags=('--eval_every=1',),
+      checks=(claims.Better('FedProx', 'FedAvg', 'S', 'final'),),
+      tunings=(claims.Tuning('FedProx', 'mu', ('0.1', '0.01', '1.0'), 'S',
+                             'final'),))
+
+
+# Final accuracy by (algorithm, mu): mu 0.01 is the best candidate.
+_TUNED = {('fedopt', None): 0.60, ('fedprox', '0.1'): 0.62,
+          ('fedprox', '0.01'): 0.65, ('fedprox', '1.0'): 0.50}
+
+
+def test_a_tuned_method_runs_with_the_value_its_tuning_picked(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _tuned_claim()})
+  launched = []
+
+  def launcher(argv, log_path):
+    launched.append(argv)
+    rounds = int(_flag(argv, 'rounds'))
+    final = _TUNED[(_flag(argv, 'algorithm'), _flag(argv, 'mu'))]
+    final += int(_flag(argv, 'seed')) / 1000  # Seeds differ a little.
+    out = _flag(argv, 'output_dir')
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, 'metrics.csv'), 'w') as f:
+      f.write('round,eval_accuracy\n')
+      f.writelines(f'{r},{final * r / rounds}\n' for r in range(1, rounds + 1))
+    return 0
+
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
+               launcher=launcher) == 0
+  printed = capsys.readouterr().out
+  assert 'fedadc: FedProx waits for its tuning' in printed
+  assert 'claims: 2 more runs, their tunings finished' in printed
+  runs = [(_flag(a, 'algorithm'), _flag(a, 'mu'), _flag(a, 'seed'))
+          for a in launched]
+  # The candidates first (seed 100), then FedAvg's seeds, then FedProx's
+  # at the value picked.
+  assert runs == [('fedprox', '0.1', '100'), ('fedprox', '0.01', '100'),
+                  ('fedprox', '1.0', '100'), ('fedopt', None, '0'),
+                  ('fedopt', None, '1'), ('fedprox', '0.01', '0'),
+                  ('fedprox', '0.01', '1')]
+  table = open(os.path.join(out, 'fedadc', 'table.md')).read()
+  # Seed 100 adds 0.1 to each candidate's final accuracy.
+  assert ('Tuning (FedProx: --mu over 0.1, 0.01, 1.0, the best final in S on '
+          'seed 100; fixed before the runs): 0.1: 72.00, 0.01: 75.00, 1.0: '
+          '60.00; picked **0.01**.\n') in table
+  assert '**Verdict: reproduced.**' in table
+  # Nothing more to run: the same command launches nothing.
+  launched.clear()
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
+               launcher=launcher) == 0
+  assert launched == []
+
+
+@pytest.mark.parametrize('finals, picked', [
+    ({'0.1': 60.0, '0.01': 65.0, '1.0': 50.0}, '0.01'),
+    ({'0.1': 65.0, '0.01': 65.0, '1.0': 50.0}, '0.1'),  # Ties: the first.
+    ({'0.1': None, '0.01': float('nan'), '1.0': 50.0}, '1.0'),
+    ({'0.1': 60.0, '1.0': 50.0}, None),  # 0.01 has not finished.
+])
+def test_pick(finals, picked):
+  claim = _tuned_claim()
+  t = claim.tunings[0]
+  values = {(t.candidate(v), 'S', 'final'): {claims.TUNING_SEED: x}
+            for v, x in finals.items()}
+  assert claims.pick(t, claim, values) == picked
