@@ -39,7 +39,7 @@ _FINAL = {
 
 
 def _accuracy(argv, r, rounds):
-  seed = int(_flag(argv, 'seed'))
+  seed = int(_flag(argv, 'seed')) % 3  # Tuning runs: seed 100 -> 1.
   return _FINAL[_flag(argv, 'algorithm')][seed] * r / rounds
 
 
@@ -361,7 +361,9 @@ def test_points_run_seed_by_seed_across_claims(tmp_path):
               for name in ('fedadc', 'fedfor')}
   ordered = claims.seed_major(by_claim)
   seeds = [p.seed for _, p in ordered]
-  assert seeds == sorted(seeds)
+  # The tunings' candidates first (seed 100), then seed by seed.
+  assert seeds == sorted(seeds, key=lambda s: (s != claims.TUNING_SEED, s))
+  assert claims.TUNING_SEED in seeds and seeds[-1] == 1
   first = [(name, p.method.label) for name, p in ordered if p.seed == 0]
   assert first[:3] == [('fedadc', 'FedAvg'), ('fedadc', 'SlowMo'),
                        ('fedadc', 'FedADC')]
@@ -408,17 +410,18 @@ def test_runs_keeps_the_matching_runs_only(tmp_path, capsys):
     return fabricate(argv, log_path)
 
   assert _main(['--claims=fedfor', f'--out_dir={out}', '--seeds=2',
-                '--runs=fedfor__fedavg__e_8__*,*u_0_1__e_1__seed1'],
+                '--runs=fedfor__fedavg__e_8__*,*fedfor__e_1__seed1'],
                launcher=record) == 0
   assert sorted(launched) == [
       'fedfor__fedavg__e_8__seed0.log', 'fedfor__fedavg__e_8__seed1.log',
-      'fedfor__fedfor_u_0_1__e_1__seed1.log']
+      'fedfor__fedfor__e_1__seed1.log']
   capsys.readouterr()
   assert _main(['--claims=fedfor', f'--out_dir={out}',
                 '--runs=fedfor__nothing*']) == 2
   assert capsys.readouterr().err == (
       'claims: error: --runs=fedfor__nothing*: no run of fedfor matches '
-      f'(names as in {out}/logs, e.g. fedfor__fedavg__e_1__seed0).\n')
+      f'(names as in {out}/logs, e.g. '
+      'fedfor__fedfor_tuned_alpha_0.05__e_8__seed100).\n')
 
 
 def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
