@@ -9,6 +9,12 @@ matching `_NOISE` are dropped and every other line is written back to
 stderr, in order. Nothing is hidden afterwards: later C++ errors and every
 Python error print as usual. `TFF_OPT_SHOW_TF_NOISE=1` turns the filter off.
 
+A binary started with SIGINT ignored (a shell's background job, `cmd &`,
+and every run such a sweep or claims process launches) gets Python's
+Ctrl-C handler back: `binaries.sweep` and `binaries.claims` stop their runs
+with SIGINT, which an ignored SIGINT would lose (the run was then killed 30
+s later instead of stopping cleanly).
+
 Python's cyclic garbage collector is paused while TensorFlow is imported,
 and what the import made is then frozen (`gc.freeze`): TensorFlow and TFF
 leave about 600,000 long-lived objects (modules, classes, functions), and
@@ -23,6 +29,7 @@ stays on for everything made afterwards.
 import gc
 import os
 import re
+import signal
 import sys
 import threading
 
@@ -96,4 +103,12 @@ def freeze_imports() -> None:
   gc.freeze()
 
 
+def restore_sigint() -> None:
+  """Python's Ctrl-C handler where SIGINT is ignored (see the docstring)."""
+  if (threading.current_thread() is threading.main_thread() and
+      signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+restore_sigint()
 _import_tensorflow_quietly()

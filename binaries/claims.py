@@ -1283,9 +1283,9 @@ def _run(jobs: Sequence[sweep.Job], claims: Sequence[Claim],
                              parallel=FLAGS.parallel,
                              launcher=launch_and_report,
                              log=lambda line: print(line, flush=True))
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:
     # The runs under way were interrupted and keep what they wrote.
-    sweep.exit_interrupted('claims')
+    sweep.exit_interrupted('claims', e)
   return [job for job, status in outcome.items() if status == 'failed']
 
 

@@ -612,9 +612,9 @@ def main(argv: Sequence[str],
         jobs, logs_dir=os.path.join(work_dir, sweep.LOGS_DIR),
         parallel=FLAGS.parallel, launcher=launcher,
         log=lambda line: print(line, flush=True))
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:
     # The runs under way were interrupted and keep what they wrote.
-    sweep.exit_interrupted('reproduce')
+    sweep.exit_interrupted('reproduce', e)
   cells = collect(table, scale, points)
   markdown = render_markdown(table, scale, cells, seeds=seeds,
                              stand_in=stand_in)

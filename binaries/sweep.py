@@ -218,9 +218,13 @@ def subprocess_launcher(argv: list[str], log_path: str) -> int:
   with open(log_path, 'a') as log, _RUNNING_LOCK:
     if _STOPPING.is_set():  # Stopped while this run was being set up.
       return 130
+    # A session of its own: Ctrl-C at the terminal reaches the sweep alone,
+    # which interrupts its runs once (`stop_running`); a run that got the
+    # terminal's SIGINT too would be interrupted twice, the second time in
+    # its clean-up, leaving a traceback in its log.
     child = subprocess.Popen(  # pylint: disable=consider-using-with
         train_command(argv), cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT)
+        stderr=subprocess.STDOUT, start_new_session=True)
     _RUNNING.add(child)
   with child:
     try:
@@ -288,9 +292,10 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     log: Called with one line per job started, skipped or ended.
 
   Returns:
-    `{name: 'skipped' | 'finished' | 'failed' | 'elsewhere'}` ('failed':
-    the run exited with an error, or ended without logging every round;
-    'elsewhere': another process was running it).
+    `{name: 'skipped' | 'finished' | 'failed' | 'elsewhere' |
+    'interrupted'}` ('failed': the run exited with an error, or ended
+    without logging every round; 'elsewhere': another process was running
+    it; 'interrupted': stopped by `stop_running`, it resumes later).
 
   Raises:
     ValueError: If `parallel` or a job's `rounds` is not positive, or two
@@ -329,6 +334,11 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
       log(f'{job.name}: started (log {log_path})')
     status = launcher(list(job.argv), log_path)
     ok = status == 0 and is_finished(job.output_dir, job.rounds)
+    if not ok and _STOPPING.is_set():  # Stopped by us: it resumes later.
+      with lock:
+        log(f'{job.name}: interrupted (exit {status}; resumes with the same '
+            'command)')
+      return job.name, 'interrupted'
     with lock:
       log(f'{job.name}: ' + ('finished' if ok else
                              f'FAILED (exit {status}; see {log_path})'))
@@ -352,15 +362,29 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
   return outcome
 
 
-def exit_interrupted(prog: str) -> NoReturn:
-  """Ctrl-C's one line and status 130 (the runs keep what they wrote)."""
-  print(f'{prog}: interrupted; resume with the same command',
-        file=sys.stderr, flush=True)
-  sys.exit(130)
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised in the main thread as Ctrl-C is (`_exit_on_sigterm`).
+
+  A `KeyboardInterrupt`, so every path that stops the runs on Ctrl-C stops
+  them on SIGTERM too; `exit_interrupted` then exits 143, not 130.
+  """
+  status = 128 + signal.SIGTERM
+
+
+def exit_interrupted(prog: str,
+                     error: Optional[BaseException] = None) -> NoReturn:
+  """One line and status 130 (Ctrl-C) or 143 (`Terminated`, SIGTERM).
+
+  The runs keep what they wrote; the same command resumes.
+  """
+  terminated = isinstance(error, Terminated)
+  print(f'{prog}: ' + ('stopped by SIGTERM' if terminated else 'interrupted')
+        + '; resume with the same command', file=sys.stderr, flush=True)
+  sys.exit(Terminated.status if terminated else 130)
 
 
 def _exit_on_sigterm():
-  """SIGTERM raises SystemExit(143) in the main thread; returns the old one.
+  """SIGTERM raises `Terminated` in the main thread; returns the old handler.
 
   Only where SIGTERM still has its default action (which would end this
   process at once and leave its runs going) and only in the main thread;
@@ -370,11 +394,11 @@ def _exit_on_sigterm():
       signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
     return None
 
-  def exit_143(signum, frame):
-    del frame
-    sys.exit(128 + signum)
+  def terminated(signum, frame):
+    del signum, frame
+    raise Terminated()
 
-  return signal.signal(signal.SIGTERM, exit_143)
+  return signal.signal(signal.SIGTERM, terminated)
 
 
 SWEEP_FILE = 'sweep.json'
@@ -734,8 +758,8 @@ def main(argv: Sequence[str],
   """
   try:
     _main(argv, launcher)
-  except KeyboardInterrupt:
-    exit_interrupted('sweep')
+  except KeyboardInterrupt as e:
+    exit_interrupted('sweep', e)
 
 
 def _main(argv: Sequence[str], launcher: Launcher) -> None:

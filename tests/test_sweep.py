@@ -371,9 +371,12 @@ import sys
 sys.path.insert(0, {root!r})
 from binaries import sweep
 sweep.train_command = lambda argv: [sys.executable, '-c', {sleeper!r}, *argv]
-sweep.run_jobs([sweep.Job(name, [pid], pid + '.out', 1) for name, pid in
-                (('first', {first!r}), ('second', {second!r}))],
-               logs_dir={logs!r})
+try:
+  sweep.run_jobs([sweep.Job(name, [pid], pid + '.out', 1) for name, pid in
+                  (('first', {first!r}), ('second', {second!r}))],
+                 logs_dir={logs!r}, log=lambda line: print(line, flush=True))
+except KeyboardInterrupt as e:
+  sweep.exit_interrupted('sweep', e)
 '''
 
 
@@ -397,15 +400,36 @@ def test_sigterm_stops_the_runs_under_way_and_launches_no_more(tmp_path):
   first, second = str(tmp_path / 'first.pid'), str(tmp_path / 'second.pid')
   script = _RUN_JOBS.format(root=ROOT, sleeper=_SLEEPER, first=first,
                             second=second, logs=str(tmp_path / 'logs'))
-  parent = subprocess.Popen([sys.executable, '-c', script], cwd=ROOT)
+  parent = subprocess.Popen([sys.executable, '-c', script], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
   try:
     child = _wait_for(first)
+    # The run has a session of its own: the terminal's Ctrl-C reaches the
+    # sweep alone, which interrupts the run once.
+    assert os.getsid(child) == child != os.getsid(parent.pid)
     parent.send_signal(signal.SIGTERM)
-    assert parent.wait(timeout=30) == 143
+    out, err = parent.communicate(timeout=30)
+    assert parent.returncode == 143
   finally:
     parent.kill()
   assert _gone(child)  # Interrupted, not left running.
   assert not os.path.exists(second)  # The queued run never started.
+  assert err.splitlines()[-1] == (
+      'sweep: stopped by SIGTERM; resume with the same command')
+  assert 'first: interrupted (exit 130; resumes with the same command)' in out
+  assert 'FAILED' not in out
+
+
+def test_a_binary_started_with_sigint_ignored_gets_ctrl_c_back():
+  """A background job (`cmd &`) starts with SIGINT ignored."""
+  code = ('import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); '
+          'import binaries; '
+          'print(signal.getsignal(signal.SIGINT) is '
+          'signal.default_int_handler)')
+  out = subprocess.run([sys.executable, '-c', code], cwd=ROOT, check=True,
+                       capture_output=True, text=True).stdout
+  assert out == 'True\n'
 
 
 def test_an_interrupt_in_the_queue_stops_the_other_runs(tmp_path,
@@ -430,10 +454,14 @@ def test_an_interrupt_in_the_queue_stops_the_other_runs(tmp_path,
           sweep.Job('long', [long_pid], str(tmp_path / 'long'), 1),
           sweep.Job('queued', [queued_pid], str(tmp_path / 'q'), 1)]
   started = time.monotonic()
+  lines = []
   with pytest.raises(KeyboardInterrupt):
     sweep.run_jobs(jobs, logs_dir=str(tmp_path / 'logs'), parallel=2,
-                   launcher=launcher)
+                   launcher=launcher, log=lines.append)
   assert time.monotonic() - started < 60  # Not the sleeper's 120 s.
   assert _gone(_wait_for(long_pid))
+  # Stopped by us is not a failure: it resumes with the same command.
+  assert 'long: interrupted (exit 130; resumes with the same command)' in lines
+  assert not [line for line in lines if 'FAILED' in line], lines
   if os.path.exists(queued_pid):
     assert _gone(_wait_for(queued_pid))
