@@ -105,6 +105,25 @@ def test_a_file_of_another_state_is_refused_naming_it(tmp_path):
                           'has float32[4] there.')
 
 
+def test_a_leaf_of_another_width_comes_back_as_the_states(tmp_path):
+  manager = checkpoints.NumpyProgramStateManager(str(tmp_path))
+  exact = np.array([0.5, -2.0, np.nan], np.float64)
+  _run(manager.save({'w': [exact, np.float64(0.25)]}, 1))
+  loaded = _run(manager.load(
+      1, {'w': [np.zeros(3, np.float32), np.float32(0.0)]}))
+  assert loaded['w'][0].dtype == np.float32
+  np.testing.assert_array_equal(loaded['w'][0],
+                                exact.astype(np.float32))
+  assert loaded['w'][1].dtype == np.float32 and loaded['w'][1] == 0.25
+  # A value float32 cannot hold is refused, not rounded.
+  _run(manager.save({'w': [np.array([0.1, 1.0]), np.float64(0.0)]}, 2))
+  file = os.path.join(tmp_path, 'program_state_2', 'state.npz')
+  with pytest.raises(checkpoints.CheckpointFormatError) as e:
+    _run(manager.load(2, {'w': [np.zeros(2, np.float32), np.float32(0)]}))
+  assert str(e.value) == (f'{file}: leaf 0 is float64, and its values do not '
+                          "all fit the program state's float32.")
+
+
 def test_a_leaf_numpy_cannot_store_is_refused_before_writing(tmp_path):
   manager = checkpoints.NumpyProgramStateManager(str(tmp_path))
   with pytest.raises(checkpoints.CheckpointFormatError,

@@ -102,7 +102,10 @@ class NumpyProgramStateManager(tff.program.FileProgramStateManager):
         of leaves (e.g. the initial state).
 
     Returns:
-      `structure` with the saved leaves (NumPy arrays and scalars).
+      `structure` with the saved leaves (NumPy arrays and scalars), each of
+      the dtype of `structure`'s leaf (a leaf saved at another width of the
+      same kind, float64 for float32, is converted where every value fits
+      exactly, refused otherwise).
 
     Raises:
       tff.program.ProgramStateNotFoundError: If `version` was not saved.
@@ -130,5 +133,15 @@ class NumpyProgramStateManager(tff.program.FileProgramStateManager):
           raise CheckpointFormatError(
               f'{file}: leaf {i} is {value.dtype}{list(value.shape)}; the '
               f'program state has {like.dtype}{list(like.shape)} there.')
+        if value.dtype != like.dtype:
+          # Another width of the same kind (float64 for a float32 state):
+          # the state's dtype, where that keeps every value exactly.
+          cast = value.astype(like.dtype)
+          if not np.array_equal(cast.astype(value.dtype), value,
+                                equal_nan=value.dtype.kind in 'fc'):
+            raise CheckpointFormatError(
+                f'{file}: leaf {i} is {value.dtype}, and its values do not '
+                f'all fit the program state\'s {like.dtype}.')
+          value = cast
         leaves.append(value if value.ndim else value[()])
     return tree.unflatten_as(structure, leaves)
