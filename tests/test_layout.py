@@ -2,7 +2,7 @@
 
 Every module of `tff_opt/round/`, `tff_opt/program/` and
 `tff_opt/algorithms/` is in the README's library table, the public names
-DESIGN.md promises still import (`tff_opt.optimizers` re-exports the server
+ARCHITECTURE.md and the README promise still import (`tff_opt.optimizers` re-exports the server
 optimizers of `tff_opt/round/optimizers.py`), and the tests follow the
 layout: each module of the library has its `tests/test_<module>.py`, bar a
 few whose tests are elsewhere for a stated reason.
@@ -103,3 +103,43 @@ def test_exemptions_are_still_needed_and_name_real_test_files():
         f'{module} has its own test file now: drop its exemption')
     assert elsewhere and reason
     assert set(elsewhere) <= files, (module, sorted(set(elsewhere) - files))
+
+
+def _imports(package):
+  """{module: the tff_opt packages it imports}, for `tff_opt/<package>/`."""
+  found = {}
+  for name in _modules(package):
+    with open(os.path.join(REPO, 'tff_opt', package, name + '.py'),
+              encoding='utf-8') as f:
+      text = f.read()
+    found[name] = set(re.findall(
+        r'^\s*(?:from tff_opt(?:\.|\s+import\s+)|import tff_opt\.)'
+        r'(\w+)', text, re.MULTILINE))
+  return found
+
+
+def test_imports_go_down_the_floors_only():
+  """ARCHITECTURE.md: round/ < algorithms/ < program/."""
+  upward = [f'round/{m} imports {p}' for m, ps in _imports('round').items()
+            for p in ps & {'algorithms', 'program'}]
+  upward += [f'algorithms/{m} imports {p}'
+             for m, ps in _imports('algorithms').items()
+             for p in ps & {'program'}]
+  assert not upward, upward
+  # The check reads real imports: round/ does import round/.
+  assert 'round' in _imports('algorithms')['fed_prox']
+
+
+def test_no_file_points_outside_the_repository_for_its_design():
+  offenders = []
+  for folder, _, files in os.walk(REPO):
+    if any(part in folder for part in ('.venv', '.git', 'results', 'data',
+                                       'bazel-')):
+      continue
+    for name in files:
+      if name.endswith(('.py', '.md', '.ipynb')):
+        with open(os.path.join(folder, name), encoding='utf-8') as f:
+          if 'DESIGN.md' in f.read():
+            offenders.append(os.path.relpath(os.path.join(folder, name), REPO))
+  assert offenders == ['tests/test_layout.py'], offenders
+  assert os.path.exists(os.path.join(REPO, 'ARCHITECTURE.md'))

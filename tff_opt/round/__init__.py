@@ -1,7 +1,7 @@
 """The four slots of a federated round, and how they are put together.
 
 Every algorithm in this package is one round with four slots filled
-differently (`../DESIGN.md`, "The one idea"). The modules here are those
+differently (the project's `ARCHITECTURE.md`, "The one idea"). The modules here are those
 slots:
 
 | slot | modules |
