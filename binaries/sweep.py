@@ -127,6 +127,25 @@ class PointResult:
   score: float  # analysis.selection_score; inf unless finished.
   metric_mean: Optional[float]
   metric_final: Optional[float]
+  # How many of the window's rounds measured the metric (evaluations).
+  metric_count: int = 0
+
+
+def describe_window(result: PointResult, window: int) -> str:
+  """What a point's window mean is over, truthfully.
+
+  `window` is the one `collect` read the point with.
+
+  'the last 100 rounds' on a 50-round run is the last 50; an evaluated
+  metric is measured only every `--eval_every` rounds, so its mean is over
+  fewer values than rounds: 'the last 50 rounds (5 evaluations)'.
+  """
+  rounds = min(window, result.rounds_done) if result.rounds_done else window
+  text = f'the last {rounds} rounds'
+  if result.metric_count and result.metric_count != rounds:
+    text += (f' ({result.metric_count} evaluation'
+             f'{"s" if result.metric_count > 1 else ""})')
+  return text
 
 
 def paper_grid(task: str, server_opt: str) -> list[GridPoint]:
@@ -507,7 +526,10 @@ def collect(points: Sequence[GridPoint], *, sweep_dir: str, rounds: int,
         score=(analysis.selection_score(rows, window=window)
                if finished else math.inf),
         metric_mean=analysis.window_mean(rows, metric, window=window),
-        metric_final=analysis.final_value(rows, metric)))
+        metric_final=analysis.final_value(rows, metric),
+        metric_count=sum(
+            1 for r in rows if r.get(metric) is not None and
+            r['round'] > analysis.last_round(rows) - window)))
   return results
 
 
@@ -609,11 +631,12 @@ def plot_heatmap(results: Sequence[PointResult], best: PointResult,
   ax.set_ylabel('server learning rate (log10)')
   colorbar = fig.colorbar(image, ax=ax)
   colorbar.set_label(_metric_label(metric) +
-                     f'\nmean of the last {window} rounds')
+                     f'\nmean of {describe_window(best, window)}')
   lines = [title] if title else []
+  train_window = min(window, best.rounds_done) or window
   lines.append((f'tau = {tau:g}; ' if tau is not None else '') +
-               f'red box: selected (lowest mean train loss, last {window} '
-               'rounds)')
+               f'red box: selected (lowest mean train loss, last '
+               f'{train_window} rounds)')
   ax.set_title('\n'.join(lines), fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -818,7 +841,8 @@ def _main(argv: Sequence[str], launcher: Launcher) -> None:
          f' server_tau={best.point.server_tau:g}')
   print(f'selected: client_lr={best.point.client_lr:g} '
         f'server_lr={best.point.server_lr:g}{tau} (mean train_loss of the '
-        f'last {FLAGS.window} rounds {best.score:.4f}); summary in '
+        f'last {min(FLAGS.window, best.rounds_done)} rounds '
+        f'{best.score:.4f}); summary in '
         f'{os.path.join(sweep_dir, SUMMARY_FILE)}', flush=True)
   if failed:
     _fail(f'{len(failed)} points failed: {", ".join(failed)}; see '

@@ -267,6 +267,13 @@ def test_heatmap_values_are_last_window_means_at_selected_tau(tmp_path):
   assert best.point == sweep.GridPoint(0.01, 1.0, 1e-2)
   values = sweep.plot_heatmap(results, best,
                               os.path.join(sweep_dir, 'h.png'))
+  # A 100-round window on a 10-round run evaluated every 5: what it is.
+  assert sweep.describe_window(best, 100) == (
+      'the last 10 rounds (2 evaluations)')
+  short = sweep.select(sweep.collect(points, sweep_dir=sweep_dir, rounds=10,
+                                     window=5))
+  assert sweep.describe_window(short, 5) == (
+      'the last 5 rounds (1 evaluation)')
   # [server lr 0.1, 1] x [client lr 0.01, 0.1], tau = 1e-2, in percent:
   # the mean of rounds 5 and 10 of (i + r) / 100.
   index = {p: i for i, p in enumerate(points)}
