@@ -20,6 +20,7 @@ printed to stdout, gives per run:
 order, else its directory name.
 """
 
+import csv
 import os
 import sys
 from collections.abc import Sequence
@@ -76,18 +77,30 @@ def load_runs(run_dirs: Sequence[str], labels: Optional[Sequence[str]] = None
   """Reads the runs: `[(label, rows)]`.
 
   Raises:
-    UsageError: If a run has no `metrics.csv`, or `labels` does not match.
+    UsageError: If a run is not a directory, has no `metrics.csv` or one
+      that cannot be read as text, or `labels` does not match.
   """
   if labels is not None and len(labels) != len(run_dirs):
     raise UsageError(f'--labels has {len(labels)} labels for '
                      f'{len(run_dirs)} run directories.')
   runs = []
   for i, run_dir in enumerate(run_dirs):
+    path = os.path.join(run_dir, analysis.METRICS_FILE)
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+      raise UsageError(f'{run_dir} is a file; give the run\'s directory '
+                       f'(the one holding {analysis.METRICS_FILE}).')
     try:
       rows = analysis.read_metrics(run_dir)
     except FileNotFoundError as e:
       raise UsageError(f'{run_dir}: no {analysis.METRICS_FILE} (not a '
                        'binaries.train output directory?).') from e
+    except UnicodeDecodeError as e:
+      raise UsageError(f'{path} is not UTF-8 text (byte {e.start}); not a '
+                       f'{analysis.METRICS_FILE} written by binaries.train?'
+                       ) from e
+    except (OSError, csv.Error) as e:
+      reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+      raise UsageError(f'{path}: cannot read it ({reason}).') from e
     label = (labels[i] if labels is not None else
              os.path.basename(os.path.normpath(run_dir)))
     runs.append((label, rows))
@@ -192,8 +205,12 @@ def main(argv: Sequence[str]) -> None:
   print(table, flush=True)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')  # Headless: files only.
-  plot_runs(runs, FLAGS.metric, FLAGS.output, target=FLAGS.target,
-            title=FLAGS.title)
+  try:
+    plot_runs(runs, FLAGS.metric, FLAGS.output, target=FLAGS.target,
+              title=FLAGS.title)
+  except OSError as e:
+    _fail(f'--output={FLAGS.output}: cannot write it '
+          f'({e.strerror or e}).')
   print(f'\nplot: {FLAGS.output}', flush=True)
 
 

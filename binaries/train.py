@@ -23,8 +23,10 @@ so is a directory another `binaries.train` is writing (`.lock`).
 
 import ast
 import datetime
+import difflib
 import json
 import os
+import re
 import sys
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
@@ -52,7 +54,10 @@ RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
                      'max_concurrent_clients', 'intra_op_threads', 'onednn',
                      'workers',
                      'worker_tls_root_cert', 'worker_timeout',
-                     'gpu_memory_growth', 'logical_gpus')
+                     'gpu_memory_growth', 'logical_gpus', 'ignored_flags',
+                     'client_vectorization')
+# Where the flags are listed, for an unknown flag's message.
+_FLAGS_HELP = 'python -m binaries.train --helpfull lists every flag'
 
 # --- What to train -----------------------------------------------------------
 flags.DEFINE_enum('task', 'digits', tasks.TASK_NAMES, 'Benchmark task.')
@@ -66,8 +71,10 @@ flags.DEFINE_multi_string('task_option', [],
                           '--task_option=num_clients=50 for cifar10; '
                           'tasks.task_options(name) lists each task\'s.')
 flags.DEFINE_string('data_dir', None,
-                    'Where the task looks for its dataset files (the cache '
-                    'directory of TFF / TFDS loaders).')
+                    'Where the task looks for its dataset files (TFF\'s '
+                    'SQLite files, prepared TFDS data sets, mnist_5k.csv.gz). '
+                    f'Default: {data_errors.DEFAULT_DATA_DIR}/ in the working '
+                    'directory, where `make data` writes.')
 
 # --- Server optimizer --------------------------------------------------------
 flags.DEFINE_enum('server_opt', None, optimizers.SERVER_OPTIMIZERS,
@@ -173,8 +180,10 @@ flags.DEFINE_integer('mtt_inner_steps', 10, 'FedPTR unrolled student steps '
                      'N per matching update.', lower_bound=1)
 flags.DEFINE_integer('projection_steps', 5, 'FedPTR projection steps P on '
                      'the synthetic set from w_t.', lower_bound=0)
-flags.DEFINE_boolean('layer_adaptive', True, 'FedPTR layer-adaptive mu_l '
-                     '(else --mu for every layer).')
+flags.DEFINE_boolean('layer_adaptive', False, 'FedPTR: our reconstruction '
+                     'of the layer-adaptive mu_l (its formula is lost from '
+                     'our copy of the paper; tff_opt/algorithms/fed_ptr.py); '
+                     'off: --mu for every layer, Eq. 2 as printed.')
 flags.DEFINE_integer('update_every', 1, 'FedPTR: run MTT every this many '
                      'rounds (fedptr_s) or every this many of a client\'s '
                      'participations (fedptr, whose clients keep their '
@@ -198,7 +207,9 @@ flags.DEFINE_integer('eval_every', None, 'Evaluate on the held-out clients '
                      'every this many rounds (and after the last). Default: '
                      'the task\'s.', lower_bound=1)
 flags.DEFINE_integer('seed', 0, 'Seeds the initial model, client sampling and '
-                     'shuffling: a run is a function of its flags.')
+                     'shuffling: a run is a function of its flags. NumPy\'s '
+                     'range: 0 to 2**32 - 1.', lower_bound=0,
+                     upper_bound=2**32 - 1)
 flags.DEFINE_string('output_dir', None, 'Where results go. Default: '
                     'results/<task>_<algorithm>_<server_opt>_<timestamp>.')
 flags.DEFINE_integer('checkpoint_every', 10, 'Save program state every this '
@@ -218,6 +229,14 @@ flags.DEFINE_integer('intra_op_threads', None, 'TensorFlow intra-op threads '
                      'of the local TFF worker (TF_NUM_INTRAOP_THREADS): with '
                      '--max_concurrent_clients=N on C cores, C/N. Default: '
                      'TensorFlow\'s (one per core).', lower_bound=1)
+# --client_vectorization (issue 29): how the clients run, not what they
+# compute (RESUMABLE_CHANGES; `_vectorized_process`).
+flags.DEFINE_integer('client_vectorization', 0, 'Train the round\'s clients '
+                     'in groups of at most K as one TensorFlow computation '
+                     'each (stacked weights; tff_opt/algorithms/'
+                     'vectorized.py); 0 = one client at a time. Only '
+                     '--task=shakespeare --algorithm=fedopt with '
+                     '--client_opt=sgd or sgdm.', lower_bound=0)
 
 # --- Where the rounds run: TFF workers on other hosts, GPUs -----------------
 flags.DEFINE_string('workers', None, 'Run the rounds on these TFF workers, '
@@ -273,6 +292,86 @@ FLAGS = flags.FLAGS
 
 class UsageError(Exception):
   """A bad flag or a bad output directory: reported in one line."""
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """Parses `argv` (program name first) into `FLAGS`.
+
+  absl's own parser reports a bad flag as `FATAL Flags parsing error` and
+  exit status 1; here it is a `UsageError` naming the flag and what it
+  takes, which `main` prints as one `train: error: ...` line (exit 2).
+
+  Args:
+    argv: The command line, program name first.
+
+  Returns:
+    The program name and the arguments that are not flags.
+
+  Raises:
+    UsageError: If a flag is unknown, has no value, or has a value of the
+      wrong kind or out of its range.
+  """
+  try:
+    return FLAGS(argv)
+  except (flags.Error, ValueError) as e:
+    # absl raises a bare ValueError for `--noNAME=VALUE`.
+    raise UsageError(_flag_error_line(e, argv)) from e
+
+
+def parse_flags_or_exit(argv: list[str]) -> list[str]:
+  """`parse_flags` for `app.run`: a bad flag is one line and exit 2."""
+  try:
+    return parse_flags(argv)
+  except UsageError as e:
+    _fail(str(e))
+
+
+def _flag_error_line(error: Exception, argv: list[str]) -> str:
+  """The one-line message for absl's `error` parsing `argv`."""
+  if isinstance(error, flags.UnrecognizedFlagError):
+    close = difflib.get_close_matches(error.flagname, list(FLAGS), n=3)
+    hint = (' Did you mean ' + ' or '.join(f'--{c}' for c in close) + '?'
+            if close else '')
+    return f'--{error.flagname}: no such flag ({_FLAGS_HELP}).{hint}'
+  text = str(error)
+  missing = re.fullmatch(r'Missing value for flag -+(\w+)', text)
+  if missing:
+    return f'--{missing.group(1)}: expected a value (--{missing.group(1)}=...).'
+  match = re.match(r'flag --(\w+)=', text)
+  if not match or match.group(1) not in FLAGS:
+    return text.removeprefix('flag ')
+  name = match.group(1)
+  value = _given_value(argv, name)
+  parser = FLAGS[name].parser
+  try:
+    parser.parse(value)
+  except (TypeError, ValueError):
+    return f'--{name}={value}: expected {_expected(parser)}.'
+  # The value parses: a validator of its own refused it (its message).
+  reason = text.split('\n')[0][match.end():].split(': ', 1)[-1]
+  return f'--{name}={value}: {reason}'
+
+
+def _given_value(argv: list[str], name: str) -> str | None:
+  """The text given to flag `name` in `argv` (the last one), or None."""
+  value = None
+  for i, arg in enumerate(argv):
+    for prefix in (f'--{name}', f'-{name}'):
+      if arg.startswith(prefix + '='):
+        value = arg[len(prefix) + 1:]
+      elif arg == prefix and i + 1 < len(argv):
+        value = argv[i + 1]
+  return value
+
+
+def _expected(parser) -> str:
+  """What a flag with absl parser `parser` takes, e.g. 'a positive integer'."""
+  if isinstance(parser, flags.EnumParser):
+    return 'one of ' + ', '.join(parser.enum_values)
+  if isinstance(parser, flags.BooleanParser):
+    return 'true or false'
+  what = parser.syntactic_help or 'a value of the flag\'s kind'
+  return what if what.startswith(('a ', 'an ')) else f'a {what}'
 
 
 def parse_task_options(items: list[str]) -> dict:
@@ -395,10 +494,42 @@ def resolve_hparams() -> dict:
     hparams[name] = FLAGS[name].value
   if FLAGS.fedbn:  # Recorded only when set: older run directories resume.
     hparams['fedbn'] = True
+  if FLAGS.client_vectorization:  # Recorded only when set; resumable.
+    hparams['client_vectorization'] = FLAGS.client_vectorization
+  ignored = ignored_flags(FLAGS.algorithm)
+  if ignored:  # Recorded only when some were given (RESUMABLE_CHANGES).
+    hparams['ignored_flags'] = ignored
   hparams['output_dir'] = FLAGS.output_dir or os.path.join(
       'results', '{task}_{algorithm}_{server_opt}_{time}'.format(
           time=datetime.datetime.now().strftime('%Y%m%d-%H%M%S'), **hparams))
   return hparams
+
+
+def ignored_flags(algorithm: str) -> dict:
+  """The flags given on the command line that `algorithm` does not read.
+
+  Args:
+    algorithm: The `--algorithm` value.
+
+  Returns:
+    `{flag name: value}` for each flag given (`registry.flags_not_read_by`);
+    empty when there is none.
+  """
+  return {name: FLAGS[name].value
+          for name in registry.flags_not_read_by(algorithm)
+          if FLAGS[name].present}
+
+
+def ignored_flags_note(hparams: dict) -> str | None:
+  """One line naming the run's ignored flags (`ignored_flags`), or None."""
+  ignored = hparams.get('ignored_flags')
+  if not ignored:
+    return None
+  names = ', '.join(f'--{name}' for name in ignored)
+  verb = 'does' if len(ignored) == 1 else 'do'
+  return (f'train: note: {names} {verb} not apply to '
+          f'--algorithm={hparams["algorithm"]}; ignored (recorded as '
+          'ignored_flags in hparams.json).')
 
 
 def prepare_output_dir(hparams: dict) -> bool:
@@ -538,7 +669,10 @@ def run(hparams: dict) -> None:
   except ValueError as e:
     raise UsageError(str(e)) from e
   _check_workers_can_run(hparams, process)
+  if hparams.get('client_vectorization'):
+    process = _vectorized_process(hparams, task, shared)
 
+  record_resumed_hparams = None
   if not resuming:
     write_hparams(hparams, {
         'num_train_clients': len(client_ids),
@@ -550,7 +684,12 @@ def run(hparams: dict) -> None:
            if round_data is not None else {}),
     })
   else:
-    write_hparams(hparams, _saved_extras(hparams))
+
+    def record_resumed_hparams(start_round):
+      # Once the training loop has accepted the checkpoint: a refused
+      # resume (fewer --rounds, no readable checkpoint) changes nothing.
+      del start_round
+      write_hparams(hparams, _saved_extras(hparams))
 
   # The initial model is a function of --seed.
   tf.keras.utils.set_random_seed(hparams['seed'])
@@ -625,7 +764,8 @@ def run(hparams: dict) -> None:
         checkpoint_every=hparams['checkpoint_every'],
         initial_state=initial_state,
         log=lambda line: print(line, flush=True),
-        round_clients_fn=round_clients_fn)
+        round_clients_fn=round_clients_fn,
+        on_start=record_resumed_hparams)
   except training_loop.RoundsBehindCheckpointError as e:
     raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
   except training_loop.UnreadableCheckpointsError as e:
@@ -707,9 +847,14 @@ def _personalize(hparams, client_optimizer, model_weights) -> None:
 
 
 def _saved_extras(hparams: dict) -> dict:
+  """What the saved hparams.json holds beside `hparams` (the partition...).
+
+  `ignored_flags` is this invocation's, never an earlier one's.
+  """
   with open(os.path.join(hparams['output_dir'], HPARAMS_FILE)) as f:
     saved = json.load(f)
-  return {k: v for k, v in saved.items() if k not in hparams}
+  return {k: v for k, v in saved.items()
+          if k not in hparams and k != 'ignored_flags'}
 
 
 def _resolve_workers() -> str | None:
@@ -736,6 +881,32 @@ def _resolve_workers() -> str | None:
                        'set it on each worker (python -m binaries.worker '
                        f'--{name}=N).')
   return ','.join(f'{host}:{port}' for host, port in workers)
+
+
+def _vectorized_process(hparams: dict, task, shared: dict):
+  """`--client_vectorization=K`: FedOpt with clients trained in groups of K.
+
+  The process's state is FedOpt's own, so a run resumes across the flag.
+
+  Raises:
+    UsageError: If the task or algorithm has no vectorized client path, or
+      the client optimizer keeps state shared across steps (Adam).
+  """
+  from tasks import shakespeare_functional  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
+  k = hparams['client_vectorization']
+  if (hparams['task'] != 'shakespeare' or hparams['algorithm'] != 'fedopt'
+      or hparams.get('fedbn')):
+    raise UsageError(
+        f'--client_vectorization={k}: only --task=shakespeare '
+        '--algorithm=fedopt (without --fedbn) has a vectorized client path; '
+        'drop the flag (or set it to 0).')
+  try:
+    return vectorized.build_vectorized_fed_opt(
+        task.model_fn, shakespeare_functional.stacked_model_for(task.model_fn),
+        group_size=k, **shared)
+  except ValueError as e:
+    raise UsageError(f'--client_vectorization={k}: {e}') from e
 
 
 def _check_workers_can_run(hparams: dict, process) -> None:
@@ -806,6 +977,9 @@ def main(argv):
   created = None  # The output directory, if this invocation creates it.
   try:
     hparams = resolve_hparams()
+    note = ignored_flags_note(hparams)
+    if note:
+      print(note, file=sys.stderr, flush=True)
     if not os.path.exists(hparams['output_dir']):
       created = hparams['output_dir']
     run(hparams)
@@ -868,4 +1042,4 @@ def _help_requested(argv) -> bool:
 if __name__ == '__main__':
   if _help_requested(sys.argv):
     sys.exit(0)
-  app.run(main)
+  app.run(main, flags_parser=parse_flags_or_exit)

@@ -209,7 +209,8 @@ def create_cifar100_task(
     train_client_spec: How train client data are preprocessed.
     eval_client_spec: How test data are preprocessed (default: one pass,
       batch 100, unshuffled).
-    data_dir: Directory holding `cifar100.sqlite`; default `~/.tff`.
+    data_dir: Directory holding `cifar100.sqlite`; default `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
     use_synthetic_data: Use TFF's synthetic CIFAR-100 (no files).
     seed: Seed of a re-partition (unused with TFF's split).
     **options: `partition` ('tff': TFF's split), `num_clients` (500),
@@ -272,7 +273,7 @@ def create_cifar10_task(
     train_client_spec: How train client data are preprocessed.
     eval_client_spec: How test data are preprocessed.
     data_dir: TFDS data directory holding a prepared `cifar10`; default
-      `~/tensorflow_datasets`.
+      `data` (`data_errors.DEFAULT_DATA_DIR`).
     use_synthetic_data: Use seeded random images (no files).
     seed: Seed of the partitions.
     **options: `alpha` (1.0), `num_clients` (500), `num_test_clients` (100),

@@ -30,9 +30,15 @@ class MissingDataError(DataError):
         f'attempted). {how_to_obtain}')
 
 
+# The data directory of every binary and tool when none is given: `data`
+# relative to the working directory, where `make data` (the Makefile's
+# DATA), `binaries.claims` and `binaries.reproduce` put and read the files.
+DEFAULT_DATA_DIR = 'data'
+
+
 def default_data_dir() -> str:
-  """TFF's own cache directory (`~/.tff`), used when `data_dir` is None."""
-  return os.path.join(os.path.expanduser('~'), '.tff')
+  """The data directory used when `data_dir` is None (`DEFAULT_DATA_DIR`)."""
+  return DEFAULT_DATA_DIR
 
 
 def require_file(task: str, data_dir: str | None, filename: str,

@@ -135,7 +135,8 @@ def load_domain(task: str, domain: str, split: str,
     task: A key of `COLLECTIONS`.
     domain: One of the collection's domains.
     split: 'train' or 'test'.
-    data_dir: The data directory; None means `~/.tff`.
+    data_dir: The data directory; None means `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
 
   Returns:
     `(x uint8 [N, H, W, C], y int64 [N])`.
@@ -333,7 +334,8 @@ def create_domain_task(
     train_client_spec: How train client data are preprocessed.
     eval_client_spec: How test data are preprocessed (default: one pass,
       batch 32, unshuffled).
-    data_dir: Directory holding the `.npz` layout; default `~/.tff`.
+    data_dir: Directory holding the `.npz` layout; default `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
     use_synthetic_data: Use seeded synthetic domains (no files).
     seed: Seed of the truncation.
     **options: `domains`, `image_size`, `train_fraction`,

@@ -118,7 +118,8 @@ def create_emnist_cr_task(
     train_client_spec: How train client data are preprocessed.
     eval_client_spec: How test data are preprocessed (default: one pass,
       batch 64, unshuffled).
-    data_dir: Directory holding `emnist_all.sqlite`; default `~/.tff`.
+    data_dir: Directory holding `emnist_all.sqlite`; default `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
     use_synthetic_data: Use TFF's synthetic EMNIST (no files).
     seed: Unused (the split is TFF's).
     **options: None accepted.

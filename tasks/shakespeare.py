@@ -120,7 +120,8 @@ def create_shakespeare_task(
     train_client_spec: How train client data are preprocessed.
     eval_client_spec: How test data are preprocessed (default: one pass,
       batch 32, unshuffled).
-    data_dir: Directory holding `shakespeare.sqlite`; default `~/.tff`.
+    data_dir: Directory holding `shakespeare.sqlite`; default `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
     use_synthetic_data: Use TFF's synthetic Shakespeare (no files).
     seed: Unused.
     **options: `sequence_length` (default 80), `embedding_dim` (8),

@@ -28,7 +28,9 @@ downloads here: if `<data_dir>/<name>/<version>/dataset_info.json` is missing
 the task raises `data_errors.MissingDataError`, whose one-line message names
 the data set, the path looked for and how to prepare it on a machine with
 internet access (`tfds.load(name, data_dir=DIR)`, then copy `DIR/<name>`).
-`data_dir=None` means TFDS's default `~/tensorflow_datasets`.
+`data_dir=None` means `data` in the working directory, the data directory
+of every binary (`data_errors.DEFAULT_DATA_DIR`), not TFDS's
+`~/tensorflow_datasets`.
 
 Clients (every step seeded from `seed`, `SeedSequence(seed).spawn(2)` for the
 train and the test split):
@@ -188,7 +190,8 @@ def load_tfds_arrays(
 
   Args:
     tfds_name: The TFDS name (e.g. 'svhn_cropped').
-    data_dir: TFDS data directory; None means `~/tensorflow_datasets`.
+    data_dir: TFDS data directory; None means `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
     task: The task's name, for the error message.
     splits: The splits to read, in order.
 
@@ -199,8 +202,7 @@ def load_tfds_arrays(
     data_errors.MissingDataError: If the prepared data set is not in
       `data_dir` (nothing is downloaded).
   """
-  root = data_dir or os.path.join(os.path.expanduser('~'),
-                                  'tensorflow_datasets')
+  root = data_dir or data_errors.default_data_dir()
   if not glob.glob(os.path.join(root, tfds_name, '*', 'dataset_info.json')):
     raise data_errors.MissingDataError(
         task, os.path.join(root, tfds_name, '<version>', 'dataset_info.json'),
@@ -428,7 +430,8 @@ def create_tfds_image_task(
     name: A key of `DATASETS`.
     train_client_spec: How train client data are preprocessed.
     eval_client_spec: How test data are preprocessed.
-    data_dir: TFDS data directory; default `~/tensorflow_datasets`.
+    data_dir: TFDS data directory; default `data`
+      (`data_errors.DEFAULT_DATA_DIR`).
     use_synthetic_data: Use seeded random images (no files).
     seed: Seed of the partitions.
     **options: `num_clients` (100), `num_test_clients` (10), `partition`

@@ -2,9 +2,11 @@
 
 `mean_delta_sum_rest` (FedCurv's and SCAFFOLD's: weighted mean of the delta,
 plain sums of the other entries, the number of clients that took part) and
-`ClientCosineFactory` (FedPTR's client-vs-aggregate cosine), each run as an
-`AggregationProcess` on hand-made client values, one of them dropped (weight
-0, its update zeroed as the client work sends it).
+`ClientCosineFactory` (FedPTR's client-vs-aggregate cosine) and
+`with_non_trainable_mean` (the model's non-trainables beside any
+aggregator), each run as an `AggregationProcess` on hand-made client
+values, one of them dropped (weight 0, its update zeroed as the client work
+sends it).
 """
 
 import collections
@@ -80,3 +82,53 @@ def test_mean_delta_sum_rest_needs_a_delta_and_something_else():
                      r"\['delta'\]\.$"):
     aggregators.mean_delta_sum_rest(tff.types.to_type(
         collections.OrderedDict(delta=(np.float32, [2]))))
+
+
+SENT_TYPE = tff.types.to_type(collections.OrderedDict(
+    delta=[(np.float32, [2])],
+    model_non_trainable=[(np.float32, [3]), np.int64]))
+
+
+def _non_trainable_mean_process():
+  return aggregators.with_non_trainable_mean(
+      tff.aggregators.MeanFactory().create, SENT_TYPE,
+      tff.TensorType(np.float32),
+      update_of=lambda sent: sent['delta'],
+      non_trainable_of=lambda sent: sent['model_non_trainable'])
+
+
+def test_non_trainable_mean_uses_the_update_weights():
+  process = _non_trainable_mean_process()
+  rng = np.random.default_rng(7)
+  sent = [collections.OrderedDict(
+      delta=[rng.normal(size=2).astype(np.float32)],
+      model_non_trainable=[rng.normal(size=3).astype(np.float32),
+                           np.int64(steps)]) for steps in (4, 0, 10)]
+  weights = [3.0, 0.0, 1.0]  # The second client dropped out.
+  output = process.next(process.initialize(), sent, weights)
+  # The inner aggregator sees the update alone: MeanFactory's own result.
+  inner = tff.aggregators.MeanFactory().create(
+      SENT_TYPE['delta'], tff.TensorType(np.float32))
+  want = inner.next(inner.initialize(), [s['delta'] for s in sent], weights)
+  np.testing.assert_array_equal(output.result['update'][0], want.result[0])
+  assert output.measurements == want.measurements
+  non_trainable = output.result['non_trainable']
+  assert float(non_trainable['total_weight']) == 4.0
+  np.testing.assert_allclose(
+      non_trainable['mean'][0],
+      (3.0 * sent[0]['model_non_trainable'][0] +
+       sent[2]['model_non_trainable'][0]) / 4.0, rtol=1e-6)
+  # An integer variable: the weighted mean (5.5), rounded, in its dtype.
+  assert non_trainable['mean'][1].dtype == np.int64
+  assert int(non_trainable['mean'][1]) == 6
+
+
+def test_non_trainable_mean_of_no_client_has_zero_weight():
+  process = _non_trainable_mean_process()
+  sent = collections.OrderedDict(
+      delta=[np.float32([1.0, 2.0])],
+      model_non_trainable=[np.float32([1.0, 1.0, 1.0]), np.int64(3)])
+  output = process.next(process.initialize(), [sent, sent], [0.0, 0.0])
+  assert float(output.result['non_trainable']['total_weight']) == 0.0
+  np.testing.assert_array_equal(output.result['non_trainable']['mean'][0],
+                                [0.0, 0.0, 0.0])

@@ -59,3 +59,10 @@ def test_all_finite_sees_every_entry_of_every_tensor():
     broken = {'a': np.ones((2, 2), np.float32),
               'b': [np.array([0.0, 0.0, bad], np.float32)]}
     assert not bool(checks.all_finite(broken))
+
+
+def test_all_finite_skips_integer_and_bool_tensors():
+  assert bool(checks.all_finite({'steps': np.int64(3),
+                                 'seen': np.array([True, False])}))
+  assert not bool(checks.all_finite([np.int32(1),
+                                     np.array([np.nan], np.float32)]))

@@ -35,6 +35,101 @@ def test_zero_server_lr_is_refused_in_one_line_and_leaves_no_dir(
   assert not os.path.exists(out)
 
 
+_POSITIVE = 'expected a positive integer.'
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--server_lr=-1'], '--server_lr=-1: expected a non-negative number.'),
+    (['--client_lr=abc'], '--client_lr=abc: expected a non-negative number.'),
+    (['--rounds=0'], f'--rounds=0: {_POSITIVE}'),
+    (['--rounds', '0'], f'--rounds=0: {_POSITIVE}'),
+    (['--rounds=1.5'], f'--rounds=1.5: {_POSITIVE}'),
+    (['--clients_per_round=-1'],
+     '--clients_per_round=-1: expected a non-negative integer.'),
+    (['--client_batch_size=0'], f'--client_batch_size=0: {_POSITIVE}'),
+    (['--eval_every=0'], f'--eval_every=0: {_POSITIVE}'),
+    (['--checkpoint_every=0'], f'--checkpoint_every=0: {_POSITIVE}'),
+    (['--client_epochs=0'], f'--client_epochs=0: {_POSITIVE}'),
+    (['--mu=-1'], '--mu=-1: expected a non-negative number.'),
+    (['--alpha=-1'], '--alpha=-1: expected a non-negative number.'),
+    (['--beta=2'], '--beta=2: expected a number in the range [0.0, 1.0].'),
+    (['--seed=-1'],
+     '--seed=-1: expected an integer in the range [0, 4294967295].'),
+    (['--task=nope'], '--task=nope: expected one of {tasks}.'),
+    (['--algorithm=nope'], '--algorithm=nope: expected one of {algorithms}.'),
+    (['--fedbn=3'], '--fedbn=3: expected true or false.'),
+    (['--personalize_train_fraction=2'],
+     '--personalize_train_fraction=2: must be in (0, 1)'),
+    (['--rounds=3', '--rounds'], '--rounds: expected a value (--rounds=...).'),
+    (['--nope=1'], '--nope: no such flag (python -m binaries.train --helpfull '
+     'lists every flag).'),
+    (['--mu_=1'], '--mu_: no such flag (python -m binaries.train --helpfull '
+     'lists every flag). Did you mean --mu?'),
+    (['--nofedbn=1'], '--nofedbn=1 does not take an argument'),
+])
+def test_bad_flag_is_one_line_naming_the_flag_and_what_it_takes(argv,
+                                                                message):
+  """Issue 31.3: not absl's `FATAL Flags parsing error` (exit 1)."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
+  train.FLAGS.unparse_flags()
+  try:
+    with pytest.raises(train.UsageError) as e:
+      train.parse_flags(['train', *argv])
+  finally:
+    train.FLAGS.unparse_flags()
+  assert str(e.value) == message.format(
+      tasks=', '.join(tasks.TASK_NAMES),
+      algorithms=', '.join(registry.ALGORITHMS))
+
+
+def test_bad_flag_exits_2_in_one_line_and_creates_nothing(tmp_path):
+  """The binary itself (absl's `app.run` and train's parser)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = tmp_path / 'run'
+  done = subprocess.run(
+      [sys.executable, '-m', 'binaries.train', '--seed=-1',
+       f'--output_dir={out}'], cwd=root, capture_output=True, text=True,
+      timeout=120, check=False)
+  assert done.returncode == 2
+  assert done.stderr.splitlines()[-1] == (
+      'train: error: --seed=-1: expected an integer in the range [0, '
+      '4294967295].')
+  assert 'Traceback' not in done.stderr and 'FATAL' not in done.stderr
+  assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize('argv, ignored, note', [
+    (['--algorithm=fedopt', '--mu=0.5'], {'mu': 0.5},
+     '--mu does not apply to --algorithm=fedopt'),
+    (['--algorithm=fedprox', '--mu=0.5', '--alpha=3', '--beta=0.5'],
+     {'alpha': 3.0, 'beta': 0.5},
+     '--alpha, --beta do not apply to --algorithm=fedprox'),
+    (['--algorithm=slowmo', '--server_lr=0.3', '--beta=0.5'],
+     {'server_lr': 0.3}, '--server_lr does not apply to --algorithm=slowmo'),
+    (['--algorithm=fedprox', '--mu=0.5'], None, None),
+    # A default is not a flag given: nothing is noted.
+    (['--algorithm=fedopt'], None, None),
+])
+def test_flags_the_algorithm_does_not_read_are_noted_and_recorded(
+    argv, ignored, note):
+  """Issue 31.4: recorded as `ignored_flags`, never compared on resume."""
+  train.FLAGS.unparse_flags()
+  try:
+    train.parse_flags(['train', '--task=digits', *argv])
+    hparams = train.resolve_hparams()
+  finally:
+    train.FLAGS.unparse_flags()
+  assert hparams.get('ignored_flags') == ignored
+  assert train.ignored_flags_note(hparams) == (
+      None if note is None else
+      f'train: note: {note}; ignored (recorded as ignored_flags in '
+      'hparams.json).')
+  assert 'ignored_flags' in train.RESUMABLE_CHANGES
+
+
 def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
   def interrupted(hparams):
     raise KeyboardInterrupt

@@ -287,6 +287,12 @@ def test_binary_runs_feddyn_with_fedbn(tmp_path):
     (['--algorithm=scaffold', '--fedbn', '--task_option=model=cnn_bn'],
      "train: error: --fedbn: algorithm 'scaffold' has no FedBN variant; "
      'FedBN runs on fedopt, fedprox, fedfor, fedcurv, feddyn.'),
+    (['--algorithm=fedcurv', '--lam=0.1', '--fedcurv_exact=on', '--fedbn',
+      '--task_option=model=cnn_bn'],
+     "train: error: --fedcurv_exact=on: FedBN over FedCurv runs its "
+     "stateless variant (each client's own Fisher terms stay in u, v); "
+     'Eq. 3 (cross_silo) is not available with --fedbn: use '
+     '--fedcurv_exact=off or auto.'),
 ])
 def test_binary_errors(args, message, tmp_path, capsys):
   assert binary.run_train(*FAST, *args,
@@ -303,3 +309,18 @@ def test_digits_cnn_bn_has_two_bn_layers():
       2 * (32 + 64))
   assert [type(l).__name__ for l in model.layers].count(
       'BatchNormalization') == 2
+
+
+def test_the_base_flags_reach_fedbn(monkeypatch):
+  """`--fedbn` passes the base's optional flags on (it dropped them)."""
+  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
+  seen = {}
+  monkeypatch.setattr(algorithms, 'build_fed_bn',
+                      lambda base, model_fn, **kwargs: seen.update(kwargs))
+  sgd = tff.learning.optimizers.build_sgdm(0.1)
+  registry.build_process(
+      'fedfor', bn_model_fn, client_optimizer_fn=sgd, server_optimizer_fn=sgd,
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      client_lr_schedule=None, fedbn=True, alpha=0.5,
+      fedfor_grad_at_zero='1')
+  assert (seen['alpha'], seen['grad_at_zero']) == (0.5, 1)

@@ -1,4 +1,9 @@
-"""FedOpt: the shared client work + server optimizer, against TFF and NumPy."""
+"""FedOpt: the shared client work + server optimizer, against TFF and NumPy.
+
+On a BN model the clients' moving statistics are averaged into the global
+model (`recipe.with_shared_non_trainables`; against NumPy in
+`test_recipe.py`); here, on the `digits` task's `cnn_bn`.
+"""
 
 import numpy as np
 import pytest
@@ -153,3 +158,27 @@ def test_rejects_non_tff_optimizer():
         tiny.model_fn,
         client_optimizer_fn=tf.keras.optimizers.SGD(0.1),
         server_optimizer_fn=_sgd(1.0))
+
+
+@pytest.mark.filterwarnings('ignore:Batch Normalization contains non-trainable')
+def test_fed_avg_on_digits_cnn_bn_moves_the_global_bn_statistics():
+  """TFF's finalizer left them at their initial 0 and 1 (issue 30)."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  task = tasks.create_task(
+      'digits', train_client_spec=tff.simulation.baselines.ClientSpec(
+          num_epochs=1, batch_size=16), model='cnn_bn', num_clients=6)
+  process = algorithms.build_fed_opt(
+      task.model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
+      server_optimizer_fn=_sgd(1.0))
+  data = task.datasets.train_data
+  datasets = [task.datasets.train_preprocess_fn(
+      data.create_tf_dataset_for_client(cid)) for cid in data.client_ids[:2]]
+  state = process.initialize()
+  initial = process.get_model_weights(state).non_trainable
+  assert len(initial) == 4  # Two BN layers' moving mean and variance.
+  output = process.next(state, datasets)
+  assert output.metrics['finalizer']['update_non_finite'] == 0
+  for before, after in zip(
+      initial, process.get_model_weights(output.state).non_trainable):
+    assert np.all(np.isfinite(after))
+    assert np.abs(after - before).max() > 1e-3

@@ -288,7 +288,7 @@ def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
   assert 0.0 <= float(rows[-1]['eval_accuracy']) <= 1.0
   assert hparams['algorithm'] == 'fedptr_s'
   assert (hparams['mu'], hparams['mtt_outer_steps'],
-          hparams['layer_adaptive']) == (0.01, 2, True)
+          hparams['layer_adaptive']) == (0.01, 2, False)  # The default.
 
 
 def test_diverging_mtt_is_rejected_and_keeps_the_synthetic_set():

@@ -6,6 +6,8 @@ The server optimizer's step on `aggregate['delta']` must be the one of
 rejected (non-finite) one, and the hyper-parameters are the optimizer's.
 Checked on hand-made aggregates against NumPy. `apply_optimizer` must be
 TFF's `build_apply_optimizer_finalizer` step for step.
+`with_non_trainable_mean` sets the averaged non-trainables beside any of
+them, never through the optimizer, and keeps them on a rejected round.
 """
 
 import collections
@@ -136,3 +138,96 @@ def test_apply_optimizer_is_tffs_finalizer_step_for_step():
   hparams['learning_rate'] = 0.01
   assert ours.get_hparams(ours.set_hparams(states[0], hparams))[
       'learning_rate'] == pytest.approx(0.01)
+
+
+BN_WEIGHTS_TYPE = tff.types.tensorflow_to_type(
+    tff.learning.models.ModelWeights(
+        trainable=[tf.TensorSpec((2,), tf.float32)],
+        non_trainable=[tf.TensorSpec((1,), tf.float32),
+                       tf.TensorSpec((2,), tf.float32)]))
+# What `aggregators.with_non_trainable_mean` hands the finalizer when only
+# the second non-trainable is shared.
+BN_AGGREGATE_TYPE = tff.types.to_type(collections.OrderedDict(
+    update=[(np.float32, [2])],
+    non_trainable=collections.OrderedDict(
+        mean=[(np.float32, [2])], total_weight=np.float32)))
+
+
+@pytest.fixture(scope='module')
+def adam_with_non_trainables():
+  adam = tff.learning.optimizers.build_adam(learning_rate=0.1)
+  base = finalizers.apply_optimizer(adam, BN_WEIGHTS_TYPE)
+  return base, finalizers.with_non_trainable_mean(
+      base, BN_WEIGHTS_TYPE, BN_AGGREGATE_TYPE, shared=(1,))
+
+
+def _bn_aggregate(delta, mean, total_weight):
+  return collections.OrderedDict(
+      update=[np.float32(delta)],
+      non_trainable=collections.OrderedDict(
+          mean=[np.float32(mean)], total_weight=np.float32(total_weight)))
+
+
+def test_non_trainables_are_set_to_the_mean_not_through_the_optimizer(
+    adam_with_non_trainables):
+  base, finalizer = adam_with_non_trainables
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.float32([1.0, -2.0])],
+      non_trainable=[np.float32([7.0]), np.float32([0.0, 1.0])])
+  states = [base.initialize(), finalizer.initialize()]
+  results = [weights, weights]
+  for delta, mean in (([0.5, -1.0], [0.25, 2.0]), ([0.1, 0.3], [0.5, 3.0])):
+    ours = finalizer.next(states[1], results[1],
+                          _bn_aggregate(delta, mean, 2.0))
+    theirs = base.next(states[0], results[0], [np.float32(delta)])
+    states, results = [theirs.state, ours.state], [theirs.result, ours.result]
+    # The optimizer's step and state are the base finalizer's, bit for bit.
+    tf.nest.map_structure(np.testing.assert_array_equal, ours.state,
+                          theirs.state)
+    np.testing.assert_array_equal(ours.result.trainable[0],
+                                  theirs.result.trainable[0])
+    assert ours.measurements == theirs.measurements
+    # The shared non-trainable is the mean itself; the other is kept.
+    np.testing.assert_array_equal(ours.result.non_trainable[1],
+                                  np.float32(mean))
+    np.testing.assert_array_equal(ours.result.non_trainable[0], [7.0])
+  assert finalizer.get_hparams(states[1]) == base.get_hparams(states[0])
+
+
+@pytest.mark.parametrize('delta, mean, total_weight', [
+    ([np.nan, 1.0], [0.5, 0.5], 2.0),  # A rejected round.
+    ([0.0, 0.0], [0.0, 0.0], 0.0),  # No client took part.
+    ([0.1, 0.1], [np.inf, 0.5], 2.0),  # A non-finite mean.
+])
+def test_non_trainables_are_kept_when_the_round_does_not_count(
+    adam_with_non_trainables, delta, mean, total_weight):
+  _, finalizer = adam_with_non_trainables
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.float32([1.0, -2.0])],
+      non_trainable=[np.float32([7.0]), np.float32([0.3, 1.5])])
+  output = finalizer.next(finalizer.initialize(), weights,
+                          _bn_aggregate(delta, mean, total_weight))
+  np.testing.assert_array_equal(output.result.non_trainable[1],
+                                np.float32([0.3, 1.5]))
+  assert output.measurements[finalizers.UPDATE_NON_FINITE_KEY] == int(
+      np.isnan(delta[0]))
+
+
+def test_non_trainable_finalizer_needs_the_rejection_measurement():
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(BN_WEIGHTS_TYPE, tff.SERVER),
+      tff.FederatedType(BN_AGGREGATE_TYPE['update'], tff.SERVER))
+  def next_fn(state, weights, update):
+    del update
+    return tff.templates.MeasuredProcessOutput(
+        state, weights, tff.federated_value((), tff.SERVER))
+
+  keeps = tff.learning.templates.FinalizerProcess(init_fn, next_fn)
+  with pytest.raises(ValueError, match="must measure 'update_non_finite'"):
+    finalizers.with_non_trainable_mean(keeps, BN_WEIGHTS_TYPE,
+                                       BN_AGGREGATE_TYPE, shared=(1,))

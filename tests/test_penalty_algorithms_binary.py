@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-from absl import flags
 
 from binaries import train
 from tests import binary
@@ -70,14 +69,17 @@ def test_metrics_reproduce_fedfor_table_1_communication(runs):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['--mu=-1'], 'flag --mu=-1: -1.0 is not a non-negative number'),
-    (['--alpha=-0.5'], 'flag --alpha=-0.5: -0.5 is not a non-negative number'),
-    (['--lam=-2'], 'flag --lam=-2: -2.0 is not a non-negative number'),
+    (['--mu=-1'], '--mu=-1: expected a non-negative number.'),
+    (['--alpha=-0.5'], '--alpha=-0.5: expected a non-negative number.'),
+    (['--lam=-2'], '--lam=-2: expected a non-negative number.'),
 ])
 def test_negative_penalty_flags_name_the_flag(argv, message):
   train.FLAGS.unparse_flags()
-  with pytest.raises(flags.IllegalFlagValueError) as error:
-    train.FLAGS(['train', *argv])
+  try:
+    with pytest.raises(train.UsageError) as error:
+      train.parse_flags(['train', *argv])
+  finally:
+    train.FLAGS.unparse_flags()
   assert str(error.value) == message
 
 

@@ -116,9 +116,20 @@ def test_main_prints_table_and_draws_labelled_plot(runs, tmp_path, capsys):
      'directories.'),
     (['{slow}', '--metric=eval_mse'], "no run has metric 'eval_mse'; "
      'columns: eval_accuracy, eval_loss, train_loss.'),
+    # Issue 31.5: a file for a run directory, a metrics.csv that is not text.
+    (['{slow}/metrics.csv'], '{slow}/metrics.csv is a file; give the run\'s '
+     'directory (the one holding metrics.csv).'),
+    (['{latin1}'], '{latin1}/metrics.csv is not UTF-8 text (byte 6); not a '
+     'metrics.csv written by binaries.train?'),
+    (['{slow}', '--output={missing}/plot.png'], '--output={missing}/plot.png: '
+     'cannot write it (No such file or directory).'),
 ])
 def test_usage_errors(runs, tmp_path, capsys, args, message):
-  names = {'slow': runs[1], 'missing': str(tmp_path / 'missing')}
+  latin1 = tmp_path / 'latin1'
+  latin1.mkdir()
+  (latin1 / 'metrics.csv').write_bytes(b'round,\xe9val\n1,0.5\n')
+  names = {'slow': runs[1], 'missing': str(tmp_path / 'missing'),
+           'latin1': str(latin1)}
   assert _main([a.format(**names) for a in args]) == 2
   assert capsys.readouterr().err == (
       f'report: error: {message.format(**names)}\n')

@@ -212,6 +212,46 @@ def test_truncated_latest_checkpoint_falls_back_and_is_kept(process,
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_all_checkpoints_unreadable_is_refused_every_time(process, tmp_path):
+  """Issue 31.1: the second start must not restart over the metrics."""
+  out = str(tmp_path)
+  _train(process, out, rounds=4, checkpoint_every=2)
+  ckpt = os.path.join(out, training_loop.CHECKPOINT_DIR)
+  for name in os.listdir(ckpt):
+    with open(os.path.join(ckpt, name, 'state.npz'), 'r+b') as f:
+      f.truncate(3)
+  with open(os.path.join(out, training_loop.METRICS_FILE), 'rb') as f:
+    metrics = f.read()
+  message = (
+      f'No checkpoint in {ckpt} can be read (kept as '
+      'program_state_2.unreadable, program_state_4.unreadable), and starting '
+      f'again from round 1 would rewrite the metrics.csv of {out}: move that '
+      'directory aside (or use another output directory) to start again. '
+      'Its metrics are kept as they are.')
+  started = []
+  for _ in range(2):  # The first start renames them; the second finds none.
+    with pytest.raises(training_loop.UnreadableCheckpointsError) as e:
+      _train(process, out, rounds=4, checkpoint_every=2,
+             on_start=started.append)
+    assert str(e.value) == message
+    with open(os.path.join(out, training_loop.METRICS_FILE), 'rb') as f:
+      assert f.read() == metrics
+    assert sorted(os.listdir(ckpt)) == ['program_state_2.unreadable',
+                                        'program_state_4.unreadable']
+  assert not started
+
+
+def test_on_start_is_told_the_round_and_not_called_when_refused(
+    process, tmp_path):
+  started = []
+  _train(process, str(tmp_path), rounds=2, on_start=started.append)
+  _train(process, str(tmp_path), rounds=3, on_start=started.append)
+  assert started == [0, 2]
+  with pytest.raises(training_loop.RoundsBehindCheckpointError):
+    _train(process, str(tmp_path), rounds=1, on_start=started.append)
+  assert started == [0, 2]
+
+
 def test_evaluate_fn_with_round_num_is_told_the_round(process, tmp_path):
   seen = []
 

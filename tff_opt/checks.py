@@ -83,6 +83,13 @@ def check_int(name: str, value: Any, minimum: int = 1) -> None:
 
 
 def all_finite(structure: Any) -> tf.Tensor:
-  """A scalar bool tensor: whether every entry of every tensor is finite."""
-  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
-                        for t in tf.nest.flatten(structure)])
+  """A scalar bool tensor: whether every entry of every tensor is finite.
+
+  Integer and bool tensors (always finite) are skipped; a structure without
+  a float tensor is finite.
+  """
+  floats = [t for t in map(tf.convert_to_tensor, tf.nest.flatten(structure))
+            if t.dtype.is_floating]
+  if not floats:
+    return tf.constant(True)
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in floats])

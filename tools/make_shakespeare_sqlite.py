@@ -48,6 +48,10 @@ import numpy as np
 
 from tools import shakespeare_gutenberg
 
+# `tasks.data_errors.DEFAULT_DATA_DIR`, the binaries' data directory; not
+# imported from there, as importing `tasks` loads TensorFlow.
+DEFAULT_OUTPUT_DIR = 'data'
+
 
 def parse_roles(text: str) -> dict[str, list[str]]:
   """Role name -> its speeches, in order of appearance.
@@ -160,7 +164,9 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(
       prog='make_shakespeare_sqlite', description=__doc__.split('\n\n')[0])
   parser.add_argument('--input', required=True)
-  parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--output_dir', default=DEFAULT_OUTPUT_DIR,
+                      help='the data directory (--data_dir of the task; '
+                      'default: %(default)s, the binaries\' default)')
   parser.add_argument('--source', choices=('tiny', 'gutenberg'),
                       default='tiny',
                       help='tiny: ROLE: blocks (tinyshakespeare.txt); '

@@ -39,6 +39,10 @@ SGD): `tff_opt.algorithms.build_slowmo`.
 Choices the paper leaves open (each tested):
 - Client weighting: uniform (1/|S|, as Algorithms 3-4 write it) by default;
   example weighting is an option.
+- A model's non-trainable variables (BN moving statistics) are not part of
+  the momentum rule: they become the clients' mean of theirs, with the
+  deltas' weights, and are kept on a rejected round
+  (`recipe.with_shared_non_trainables`).
 - H is the client's own number of batches this round (its dataset holds its
   epochs), counted before its loop.
 - eta_t at the server is computed from the same schedule and the round

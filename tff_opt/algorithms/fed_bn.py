@@ -39,9 +39,13 @@ base has one; kept and checkpointed by the training loop):
 Server: the aggregate's BN coordinates are 0 (a zero pseudo-gradient), so
 with every server optimizer here (SGD, momentum, Adagrad, Adam, Yogi, all
 starting from zero moments) and FedDyn's h the server's BN trainables keep
-their initial values; TFF's finalizers never change non-trainable variables,
-so the moving statistics keep theirs too. The "global BN" a new client
-starts from is therefore the initial model's.
+their initial values. Every other algorithm of the package averages the
+model's non-trainable variables, BN moving statistics included
+(`recipe.with_shared_non_trainables`); FedBN names its BN statistics in
+the recipe's `local_non_trainables`, so they are neither sent nor
+averaged and the server's keep their initial values too (a non-BN
+non-trainable variable, if a model had one, would still be averaged). The
+"global BN" a new client starts from is therefore the initial model's.
 
 Evaluation: the global model (`get_model_weights`) carries those initial BN
 values (gamma = 1, beta = 0, mean = 0, variance = 1 for Keras's defaults),
@@ -306,7 +310,9 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
       initial_client_state=initial_state,
       client_state_update=client_state_update,
       client_input_fn=client_input_fn,
-      to_server=to_server)
+      to_server=to_server,
+      local_non_trainables=tuple(sorted(
+          set(base.local_non_trainables) | set(variables.non_trainable))))
 
 
 # --- The base algorithms FedBN composes with ---------------------------------
@@ -326,7 +332,8 @@ class Base(NamedTuple):
 BASES = {
     'fedopt': Base(fed_opt.build_fed_opt, fed_opt.fed_opt_recipe),
     'fedprox': Base(fed_prox.build_fed_prox, fed_prox.fed_prox_recipe),
-    'fedfor': Base(fed_for.build_fed_for, fed_for.fed_for_recipe),
+    'fedfor': Base(fed_for.build_fed_for, fed_for.fed_for_recipe,
+                   optional=('grad_at_zero',)),
     'fedcurv': Base(fed_curv.build_fed_curv, fed_curv.fed_curv_recipe,
                     optional=('client_epochs',)),
     'feddyn': Base(fed_dyn.build_fed_dyn, fed_dyn.fed_dyn_recipe),

@@ -16,7 +16,11 @@ and hands -Delta_t, as a pseudo-gradient, to its server optimizer:
 The client learning rate may follow a schedule (`tff_opt.round.schedules`, e.g.
 the paper's staircase ExpDecay). A round whose aggregate is not finite is
 rejected by the finalizer: model and server-optimizer state stay as they
-were, and the finalizer reports `update_non_finite = 1`.
+were, and the finalizer reports `update_non_finite = 1`. A model's
+non-trainable variables (BN moving statistics) become the clients'
+weighted mean of theirs, with the deltas' weights, set directly rather
+than through the server optimizer, and kept on a rejected round
+(`recipe.with_shared_non_trainables`).
 """
 
 import functools

@@ -26,16 +26,50 @@ recipe's `objective`, `passes` and `work_broadcast_type`), the aggregator
 the distributor (which may read the finalizer's state). A recipe with an
 initial client state is composed by `client_states.compose` (a
 `ClientStatefulProcess`), one without by `composers.compose_learning_process`.
+
+Non-trainable variables (batch norm's moving mean and variance). TFF's
+round sends and applies the trainable weights only
+(`tff.learning.templates.build_apply_optimizer_finalizer` keeps the
+non-trainables as they are), so a BN model's global statistics would stay
+at their initial values while every client updates its own copy. PyTorch
+FedAvg, which the papers with BN models ran, averages the state_dict,
+running statistics included. So `assemble` hands every recipe to
+`with_shared_non_trainables` first: each client also sends its
+non-trainable values after local training, they are averaged with the
+client's aggregation weight (the one its update gets: its examples, or 1
+under uniform weighting) and the global model takes that mean directly,
+after the algorithm's own finalizer (never through a server optimizer).
+Every algorithm assembled here gets this (FedOpt with every server
+optimizer, FedProx, FedFOR, FedCurv, SCAFFOLD, FedDyn, FedADC(+), SlowMo,
+FedPTR(-S); FedPTR's trajectory matching cannot run a BN model at all,
+`round/mtt.py`, so there it only matters for non-trainables no forward
+pass changes); a recipe names the non-trainables that stay on the clients
+in `local_non_trainables` (FedBN: its BN statistics). Choices:
+- A round the finalizer rejects (`update_non_finite` = 1) keeps the global
+  non-trainables too; so does a round in which no client took part (total
+  weight 0) and one whose mean is not finite.
+- A client whose update or non-trainables are not finite is dropped
+  (weight 0) as for any non-finite update (`client_work`).
+- The non-trainables are a plain weighted mean beside the recipe's own
+  aggregator (`model_aggregator` factories, FedDyn's h, FedCurv's sums see
+  only the update); they count in `bytes_client_to_server`. Integer ones
+  are averaged and rounded; bool ones are not sent and keep their value.
+- A model without (shared) non-trainable variables -- every model of this
+  package but the BN ones -- is assembled exactly as before: nothing is
+  added.
 """
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.algorithms import _common
+from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import composers
@@ -63,6 +97,9 @@ class Recipe:
     client_input_fn: `(broadcast, client state) -> client work input`;
       `None` adds the state under `'client_state'`.
     to_server: `update -> what the client sends`; `None` sends the update.
+    local_non_trainables: Indices into `ModelWeights.non_trainable` of the
+      variables that stay on the clients (FedBN's BN statistics); all
+      others are averaged (`with_shared_non_trainables`).
   """
   work_broadcast_type: tff.Type
   distributor_fn: Callable[[tff.Type], Any]
@@ -74,6 +111,7 @@ class Recipe:
   client_state_update: Optional[Callable[[Any, Any], Any]] = None
   client_input_fn: Optional[Callable[[Any, Any], Any]] = None
   to_server: Optional[Callable[[Any], Any]] = None
+  local_non_trainables: tuple[int, ...] = ()
 
 
 RecipeFn = Callable[[tff.Type], Recipe]
@@ -112,7 +150,8 @@ def assemble(
   """
   _common.check_optimizer('client_optimizer_fn', client_optimizer_fn)
   initial_weights_fn = _common.initial_model_weights_fn(model_fn)
-  recipe = recipe_fn(initial_weights_fn.type_signature.result)
+  weights_type = initial_weights_fn.type_signature.result
+  recipe = with_shared_non_trainables(recipe_fn(weights_type), weights_type)
   client_work = client_work_lib.build_local_training(
       model_fn,
       client_optimizer_fn,
@@ -144,6 +183,110 @@ def assemble(
       client_state_update=recipe.client_state_update,
       client_input_fn=recipe.client_input_fn,
       to_server=recipe.to_server)
+
+
+# The client's non-trainable values, in the update it sends.
+NON_TRAINABLE_KEY = 'model_non_trainable'
+# What the recipe's own `to_server` sends, beside them.
+SENT_KEY = 'sent'
+
+
+def shared_non_trainables(weights_type: tff.Type,
+                          local: tuple[int, ...] = ()) -> tuple[int, ...]:
+  """Indices of the non-trainables that are averaged: all but `local` and
+  bool ones."""
+  return tuple(
+      i for i, (_, t) in enumerate(
+          tff.structure.iter_elements(weights_type.non_trainable))
+      if i not in local and t.dtype != np.bool_)
+
+
+def with_shared_non_trainables(recipe: Recipe,
+                               weights_type: tff.Type) -> Recipe:
+  """`recipe` with its non-trainables averaged (see the module docstring).
+
+  The client's report pass also returns its non-trainable values after
+  local training, under `'model_non_trainable'`; the recipe's own pieces
+  (its `to_server`, `client_state_update` and aggregator) see its update
+  without them, as before. The aggregator is
+  `aggregators.with_non_trainable_mean` around the recipe's, the finalizer
+  `finalizers.with_non_trainable_mean` around the recipe's.
+
+  Args:
+    recipe: An algorithm's recipe.
+    weights_type: The model's `ModelWeights` type.
+
+  Returns:
+    The recipe with the non-trainables shared; `recipe` itself when none is
+    shared (`shared_non_trainables` is empty).
+
+  Raises:
+    ValueError: If the recipe's report pass already returns
+      `'model_non_trainable'`.
+  """
+  shared = shared_non_trainables(weights_type, recipe.local_non_trainables)
+  if not shared:
+    return recipe
+  base_report_fn = recipe.passes.report_fn
+
+  def report_fn(model, dataset, broadcast, **kwargs):
+    values = [model.non_trainable_variables[i].read_value() for i in shared]
+    extras = collections.OrderedDict()
+    if base_report_fn is not None:
+      extras.update(base_report_fn(model, dataset, broadcast, **kwargs))
+      if NON_TRAINABLE_KEY in extras:
+        raise ValueError('The report pass already returns '
+                         f'{NON_TRAINABLE_KEY!r}.')
+    extras[NON_TRAINABLE_KEY] = values
+    return extras
+
+  def base_update(update):
+    """The update the recipe's own client work would have made."""
+    if base_report_fn is None:
+      return update[client_work_lib.DELTA_KEY]
+    return collections.OrderedDict(
+        [(k, v) for k, v in update.items() if k != NON_TRAINABLE_KEY])
+
+  def non_trainable_of(sent):
+    return sent[NON_TRAINABLE_KEY]
+
+  if recipe.to_server is None:
+    to_server = None
+    update_of = base_update
+  else:
+
+    def to_server(update):
+      return collections.OrderedDict([
+          (SENT_KEY, recipe.to_server(base_update(update))),
+          (NON_TRAINABLE_KEY, non_trainable_of(update)),
+      ])
+
+    def update_of(sent):
+      return sent[SENT_KEY]
+
+  def aggregator_fn(sent_type, weight_type):
+    return aggregators.with_non_trainable_mean(
+        recipe.aggregator_fn, sent_type, weight_type, update_of=update_of,
+        non_trainable_of=non_trainable_of)
+
+  def finalizer_fn(aggregate_type):
+    return finalizers.with_non_trainable_mean(
+        recipe.finalizer_fn(aggregate_type[aggregators.UPDATE_KEY]),
+        weights_type, aggregate_type, shared=shared)
+
+  client_state_update = None
+  if recipe.client_state_update is not None:
+
+    def client_state_update(merged, update):
+      return recipe.client_state_update(merged, base_update(update))
+
+  return dataclasses.replace(
+      recipe,
+      aggregator_fn=aggregator_fn,
+      finalizer_fn=finalizer_fn,
+      passes=dataclasses.replace(recipe.passes, report_fn=report_fn),
+      client_state_update=client_state_update,
+      to_server=to_server)
 
 
 def penalized_fed_opt(

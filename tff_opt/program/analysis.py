@@ -52,10 +52,11 @@ def read_metrics(run_dir: str) -> list[dict[str, Any]]:
 
   Raises:
     FileNotFoundError: If the run has no `metrics.csv`.
+    UnicodeDecodeError: If it is not UTF-8 text.
   """
   path = os.path.join(run_dir, METRICS_FILE)
   rows = []
-  with open(path, newline='') as f:
+  with open(path, newline='', encoding='utf-8') as f:
     for raw in csv.DictReader(f):
       row = {}
       for name, text in raw.items():

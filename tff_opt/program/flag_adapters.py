@@ -268,6 +268,14 @@ def fed_curv(model_fn, *, lam, fedcurv_exact=None, client_epochs=1,
       client_epochs=client_epochs, **common)
 
 
+def _stateless_fed_curv(exact) -> None:
+  if exact == 'on':
+    raise ValueError('FedBN over FedCurv runs its stateless variant (each '
+                     'client\'s own Fisher terms stay in u, v); Eq. 3 '
+                     '(cross_silo) is not available with --fedbn: use '
+                     '--fedcurv_exact=off or auto.')
+
+
 def _check_feddyn_alpha(feddyn_alpha) -> None:
   check_flag('feddyn_alpha', feddyn_alpha,
              functools.partial(checks.check_positive, 'alpha'))
@@ -348,22 +356,29 @@ def fed_ptr_client(model_fn, **flags_and_common):
 
 
 def fed_bn(base: str, model_fn, *, num_clients=None, feddyn_alpha=None,
+           fedfor_grad_at_zero=None, fedcurv_exact=None,
            **flags_and_common):
   """`--fedbn` over `base`: `build_fed_bn` with the base's flags.
 
   `--feddyn_alpha` is FedDyn's `alpha`, and `num_clients` reaches FedDyn
-  only (FedCurv + FedBN is the stateless variant, which does not need it);
+  only; `--fedfor_grad_at_zero` is FedFOR's `grad_at_zero`; FedCurv +
+  FedBN is the stateless variant (`cross_silo` unsupported), so
+  `--fedcurv_exact=on` is refused there ('auto' and 'off' run it);
   `client_epochs` reaches FedCurv's recipe.
 
   Raises:
-    FlagError: If a flag of the base is out of range, or (`about_model`)
-      the model has no batch-norm layer for `--fedbn` to keep local.
+    FlagError: If a flag of the base is out of range or asks for what FedBN
+      over it cannot run, or (`about_model`) the model has no batch-norm
+      layer for `--fedbn` to keep local.
   """
   if base == 'feddyn':
     _check_feddyn_alpha(feddyn_alpha)
     flags_and_common.update(alpha=feddyn_alpha, num_clients=num_clients)
   elif base == 'fedfor':
     _check_alpha(flags_and_common['alpha'])
+    flags_and_common.update(grad_at_zero=int(fedfor_grad_at_zero or 0))
+  elif base == 'fedcurv':
+    check_flag('fedcurv_exact', fedcurv_exact, _stateless_fed_curv)
   check_flag('fedbn', None,
              lambda _: fed_bn_lib.find_batch_norm_variables(model_fn),
              about_model=True)

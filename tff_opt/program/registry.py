@@ -189,6 +189,28 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 
 
+def flags_not_read_by(name: str) -> tuple[str, ...]:
+  """The `binaries.train` flags that algorithm `name` does not read, sorted.
+
+  Those are the other algorithms' own flags (`Algorithm.flags`) and, for an
+  algorithm with its own server rule (`server_rule == 'own'`), the server
+  optimizer's flags (`--server_opt`, of which only `sgd` is accepted, and
+  `--server_lr`, `--server_tau`, ...).
+
+  Args:
+    name: A key of `ALGORITHMS`.
+
+  Returns:
+    Flag names without dashes.
+  """
+  algorithm = ALGORITHMS[name]
+  others = {f for a in ALGORITHMS.values() for f in a.flags}
+  if algorithm.server_rule == 'own':
+    others.add('server_opt')
+    others.update(f for _, f in flag_adapters.SERVER_OPTIMIZER_FLAGS)
+  return tuple(sorted(others - set(algorithm.flags)))
+
+
 def build_process(name: str, model_fn: Callable[[], Any], *,
                   client_optimizer_fn, server_optimizer_fn, client_weighting,
                   client_lr_schedule, fedbn: bool = False,
@@ -228,7 +250,8 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
         server_optimizer_fn=server_optimizer_fn,
         client_weighting=client_weighting,
         client_lr_schedule=client_lr_schedule,
-        **{h: hparams[h] for h in algorithm.hparams}, **extra)
+        **{h: hparams[h] for h in algorithm.hparams},
+        **{h: hparams.get(h) for h in algorithm.optional_hparams}, **extra)
   return algorithm.build(
       model_fn,
       client_optimizer_fn=client_optimizer_fn,

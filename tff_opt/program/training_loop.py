@@ -218,6 +218,7 @@ class TrainingResult:
 # renames it; a kill during a save leaves that directory behind.
 _TEMP_DIR = re.compile(r'program_state_\d+_temp\d+')
 UNREADABLE_SUFFIX = '.unreadable'
+_UNREADABLE = re.compile(r'program_state_(\d+)' + re.escape(UNREADABLE_SUFFIX))
 
 
 def _remove_stale_temp_dirs(checkpoint_dir: str, log) -> None:
@@ -240,7 +241,10 @@ def _load_newest_readable(manager, structure, checkpoint_dir: str, log):
   round again, and the next older one is tried; one line says so.
 
   Raises:
-    UnreadableCheckpointsError: If checkpoints exist but none can be read.
+    UnreadableCheckpointsError: If checkpoints exist but none can be read,
+      or none is left but unreadable ones kept by an earlier start: the
+      run's metrics would otherwise be recomputed from round 1 over the
+      ones logged, every time it is started until the user acts.
   """
   versions = _run_sync(manager.get_versions()) or []
   for version in reversed(versions):
@@ -255,10 +259,19 @@ def _load_newest_readable(manager, structure, checkpoint_dir: str, log):
         log(f'Checkpoint of round {version} is unreadable '
             f'({type(e).__name__}: {reason}); kept as '
             f'{name}{UNREADABLE_SUFFIX}, trying the one before it.')
-  if versions:
+  unreadable = []
+  if os.path.isdir(checkpoint_dir):
+    unreadable = sorted(
+        (e for e in os.listdir(checkpoint_dir) if _UNREADABLE.fullmatch(e)),
+        key=lambda e: int(_UNREADABLE.fullmatch(e).group(1)))
+  if unreadable:
+    run_dir = os.path.dirname(os.path.normpath(checkpoint_dir))
     raise UnreadableCheckpointsError(
-        f'No checkpoint in {checkpoint_dir} can be read (all kept as '
-        f'*{UNREADABLE_SUFFIX}); move the directory aside to start again.')
+        f'No checkpoint in {checkpoint_dir} can be read (kept as '
+        f'{", ".join(unreadable)}), and starting again from round 1 would '
+        f'rewrite the {METRICS_FILE} of {run_dir}: move that directory aside '
+        '(or use another output directory) to start again. Its metrics are '
+        'kept as they are.')
   return None, 0
 
 
@@ -304,6 +317,7 @@ def run_training(
     round_clients_fn: Optional[Callable[
         [int, list[str]], tuple[Sequence[str],
                                 Sequence[tf.data.Dataset]]]] = None,
+    on_start: Optional[Callable[[int], None]] = None,
 ) -> TrainingResult:
   """Trains `process` for `rounds` rounds, resuming from `output_dir`.
 
@@ -327,12 +341,20 @@ def run_training(
     round_clients_fn: Optional `(round_num, sampled ids) -> (ids, datasets)`
       giving the data a round trains on (module docstring); replaces
       `client_dataset_fn` when given.
+    on_start: Optional; called with the round the run goes on from (0 for
+      a new run, else its checkpoint's) once the checkpoints are read and
+      the run is accepted, before `metrics.csv` is touched: nothing it
+      writes is written for a refused run.
 
   Returns:
     A `TrainingResult` with the final state and all metric rows.
 
   Raises:
     ValueError: If a count is not positive.
+    RoundsBehindCheckpointError: If `output_dir` is checkpointed past
+      `rounds`.
+    UnreadableCheckpointsError: If `output_dir` has checkpoints and none
+      can be read.
   """
   for name, value in (('rounds', rounds), ('eval_every', eval_every),
                       ('checkpoint_every', checkpoint_every)):
@@ -375,6 +397,9 @@ def run_training(
           f'rounds={rounds}: ask for at least {start_round} rounds to '
           'continue it, or give another output directory (nothing was '
           'changed).')
+  if on_start is not None:
+    on_start(start_round)
+  if output_dir is not None:
     metrics_log = MetricsLog(output_dir)
     dropped = metrics_log.drop_rounds_after(start_round)
     if start_round:

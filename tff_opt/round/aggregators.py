@@ -27,9 +27,23 @@ none took part). cos(a, b) is taken over all entries of the update
 flattened into one vector, and is 0 when either norm is 0. With a plain
 server SGD step Delta_bar is the realised global update w_t - w_{t+1} up
 to the server learning rate, which does not change a cosine.
+
+`with_non_trainable_mean` puts the model's non-trainable variables (batch
+norm's moving mean and variance) beside any weighted aggregator: each
+client sends its values after local training with its update, the inner
+aggregator gets the update alone, and the non-trainables are averaged with
+the client's own aggregation weight, the update's (examples or uniform):
+
+    mean = sum_k weight_k * value_k / sum_k weight_k
+
+(the weighted mean of PyTorch FedAvg's state_dict, running statistics
+included). A finalizer (`finalizers.with_non_trainable_mean`) then sets
+them on the global model.
 """
 
 import collections
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -186,3 +200,99 @@ class ClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
 
     return tff.templates.AggregationProcess(inner_process.initialize,
                                             next_fn)
+
+
+UPDATE_KEY = 'update'
+NON_TRAINABLE_KEY = 'non_trainable'
+MEAN_KEY = 'mean'
+TOTAL_WEIGHT_KEY = 'total_weight'
+
+
+def _sum_dtype(dtype: tf.DType) -> tf.DType:
+  """The dtype a non-trainable's weighted sum is taken in (float64 for ints)."""
+  return dtype if dtype.is_floating else tf.float64
+
+
+def with_non_trainable_mean(
+    inner_fn: Callable[[tff.Type, tff.Type], tff.templates.AggregationProcess],
+    sent_type: tff.Type,
+    weight_type: tff.Type,
+    *,
+    update_of: Callable[[Any], Any],
+    non_trainable_of: Callable[[Any], Any],
+) -> tff.templates.AggregationProcess:
+  """`inner_fn`'s aggregator, plus the weighted mean of the non-trainables.
+
+  Args:
+    inner_fn: `(update type, weight type) ->` weighted
+      `AggregationProcess`, the algorithm's own aggregator.
+    sent_type: The unplaced type of what a client sends: its update and its
+      non-trainable values, which `update_of` and `non_trainable_of` take
+      apart.
+    weight_type: The unplaced type of a client's weight.
+    update_of: TF function `sent -> update` (what `inner_fn`'s process
+      aggregates).
+    non_trainable_of: TF function `sent -> list of tensors`, the client's
+      non-trainable values after local training (float or integer).
+
+  Returns:
+    A weighted `AggregationProcess` with the inner one's state and
+    measurements, whose result is `{'update': the inner result,
+    'non_trainable': {'mean': [sum_k w_k v_k / sum_k w_k, ...],
+    'total_weight': sum_k w_k}}`. A float variable's sums are taken in its
+    dtype, an integer one's in float64 and its mean rounded to the nearest
+    integer. With a total weight of 0 the mean is 0 (the finalizer then
+    keeps the global values).
+  """
+
+  @tff.tensorflow.computation(sent_type)
+  def update_part(sent):
+    return update_of(sent)
+
+  @tff.tensorflow.computation(sent_type, weight_type)
+  def weighted_values(sent, weight):
+    values = non_trainable_of(sent)
+    return collections.OrderedDict([
+        (MEAN_KEY, [tf.cast(weight, _sum_dtype(v.dtype)) *
+                    tf.cast(v, _sum_dtype(v.dtype)) for v in values]),
+        (TOTAL_WEIGHT_KEY, weight),
+    ])
+
+  @tff.tensorflow.computation(sent_type)
+  def non_trainable_part(sent):
+    return non_trainable_of(sent)
+
+  value_dtypes = [spec.dtype for spec in tf.nest.flatten(
+      tff.types.type_to_tf_tensor_specs(
+          non_trainable_part.type_signature.result))]
+  inner_process = inner_fn(update_part.type_signature.result, weight_type)
+
+  @tff.tensorflow.computation(weighted_values.type_signature.result)
+  def mean_of(sums):
+    total = sums[TOTAL_WEIGHT_KEY]
+    means = []
+    for weighted, dtype in zip(sums[MEAN_KEY], value_dtypes):
+      mean = tf.math.divide_no_nan(weighted, tf.cast(total, weighted.dtype))
+      if not tf.as_dtype(dtype).is_floating:
+        mean = tf.round(mean)
+      means.append(tf.cast(mean, dtype))
+    return collections.OrderedDict([(MEAN_KEY, means),
+                                    (TOTAL_WEIGHT_KEY, total)])
+
+  @tff.federated_computation(
+      inner_process.initialize.type_signature.result,
+      tff.FederatedType(sent_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS))
+  def next_fn(state, sent, weight):
+    inner_output = inner_process.next(
+        state, tff.federated_map(update_part, sent), weight)
+    sums = tff.federated_sum(tff.federated_map(weighted_values,
+                                               (sent, weight)))
+    result = tff.federated_zip(collections.OrderedDict([
+        (UPDATE_KEY, inner_output.result),
+        (NON_TRAINABLE_KEY, tff.federated_map(mean_of, sums)),
+    ]))
+    return tff.templates.MeasuredProcessOutput(
+        inner_output.state, result, inner_output.measurements)
+
+  return tff.templates.AggregationProcess(inner_process.initialize, next_fn)

@@ -186,7 +186,8 @@ class ClientPasses:
       change the training metrics (the model's metric variables are
       restored afterwards). A non-finite entry anywhere in
       the update zeroes all of it, as for the delta alone. FedCurv's
-      Fisher, SCAFFOLD's control variate, FedBN's local batch norm.
+      Fisher, SCAFFOLD's control variate, FedBN's local batch norm, the
+      model's non-trainables (`recipe.with_shared_non_trainables`).
 
   Raises:
     TypeError: If a pass is neither callable nor `None`.

@@ -11,15 +11,30 @@ computed from the rest of the aggregate:
 
 The extras are kept unchanged on a rejected round. A distributor reads them
 from the finalizer's state (`distributors.with_finalizer_state`).
+
+`with_non_trainable_mean` wraps any of these finalizers (and FedADC's) so
+that it also sets the model's non-trainable variables (batch norm's moving
+statistics) to the clients' weighted mean of them
+(`aggregators.with_non_trainable_mean`). They never pass through the
+server optimizer: the optimizer (SGD, Adam, Yogi, ...) steps the trainable
+weights from the update, and the non-trainables are replaced by the mean.
+TFF's `build_apply_optimizer_finalizer` leaves them as they are, so without
+this wrapper a BN model's global statistics keep their initial values.
+The mean replaces them only when the round's update was accepted
+(`update_non_finite` is 0), some client took part (total weight > 0) and
+every mean is finite; otherwise the global values are kept, as the
+trainable weights are on a rejected round.
 """
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import checks
+from tff_opt.round import aggregators
 from tff_opt.round import client_work
 
 OPTIMIZER_STATE_KEY = 'optimizer'
@@ -159,3 +174,80 @@ def apply_optimizer_with_extras(
   return tff.learning.templates.FinalizerProcess(
       init_fn, next_fn, get_hparams_fn=get_hparams_fn,
       set_hparams_fn=set_hparams_fn)
+
+
+def with_non_trainable_mean(
+    base: tff.learning.templates.FinalizerProcess,
+    model_weights_type: tff.Type,
+    aggregate_type: tff.Type,
+    *,
+    shared: Sequence[int],
+) -> tff.learning.templates.FinalizerProcess:
+  """`base`, then the non-trainables set to the clients' mean (module doc).
+
+  Args:
+    base: The algorithm's finalizer, built for `aggregate_type['update']`;
+      its measurements must have `update_non_finite`.
+    model_weights_type: The unplaced `ModelWeights` type of the model.
+    aggregate_type: The unplaced type of the result of
+      `aggregators.with_non_trainable_mean`.
+    shared: The indices into `ModelWeights.non_trainable` of the averaged
+      variables, in the order of the aggregate's means.
+
+  Returns:
+    A `FinalizerProcess` with `base`'s state, hyper-parameters and
+    measurements.
+
+  Raises:
+    ValueError: If `base` does not measure `update_non_finite`, or `shared`
+      and the aggregate's means differ in length.
+  """
+  measurements_type = base.next.type_signature.result.measurements.member
+  if UPDATE_NON_FINITE_KEY not in [
+      name for name, _ in tff.structure.iter_elements(measurements_type)]:
+    raise ValueError(f'The finalizer must measure {UPDATE_NON_FINITE_KEY!r} '
+                     'to decide whether to set the non-trainables; its '
+                     f'measurements are {measurements_type}.')
+  shared = tuple(shared)
+  mean_type = aggregate_type[aggregators.NON_TRAINABLE_KEY]
+  if len(mean_type[aggregators.MEAN_KEY]) != len(shared):
+    raise ValueError(f'{len(shared)} shared non-trainables but '
+                     f'{len(mean_type[aggregators.MEAN_KEY])} means.')
+
+  @tff.tensorflow.computation(aggregate_type)
+  def update_of(aggregate):
+    return aggregate[aggregators.UPDATE_KEY]
+
+  @tff.tensorflow.computation(model_weights_type, mean_type,
+                              measurements_type)
+  def set_non_trainables(weights, non_trainable, measurements):
+    means = list(non_trainable[aggregators.MEAN_KEY])
+    accepted = tf.logical_and(
+        tf.equal(tf.cast(measurements[UPDATE_NON_FINITE_KEY], tf.int32), 0),
+        non_trainable[aggregators.TOTAL_WEIGHT_KEY] > 0)
+    floats = [m for m in means if m.dtype.is_floating]
+    if floats:
+      accepted = tf.logical_and(accepted, checks.all_finite(floats))
+    values = list(tf.nest.flatten(weights.non_trainable))
+    for i, mean in zip(shared, means):
+      values[i] = tf.where(accepted, mean, values[i])
+    return tff.learning.models.ModelWeights(
+        trainable=weights.trainable,
+        non_trainable=tf.nest.pack_sequence_as(weights.non_trainable,
+                                               values))
+
+  @tff.federated_computation(
+      base.initialize.type_signature.result,
+      tff.FederatedType(model_weights_type, tff.SERVER),
+      tff.FederatedType(aggregate_type, tff.SERVER))
+  def next_fn(state, weights, aggregate):
+    output = base.next(state, weights, tff.federated_map(update_of, aggregate))
+    new_weights = tff.federated_map(set_non_trainables, (
+        output.result, aggregate[aggregators.NON_TRAINABLE_KEY],
+        output.measurements))
+    return tff.templates.MeasuredProcessOutput(output.state, new_weights,
+                                               output.measurements)
+
+  return tff.learning.templates.FinalizerProcess(
+      base.initialize, next_fn, get_hparams_fn=base.get_hparams,
+      set_hparams_fn=base.set_hparams)
