@@ -1,0 +1,231 @@
+"""FedOpt with grouped clients equals FedOpt with one client at a time.
+
+Five clients of 9, 5, 0, 4 and 6 snippets (batch 4) of a small Shakespeare
+LSTM (the task's model, 2 x 16 units), in groups of at most 2 (2, 2, 1:
+the empty client shares a group), from one random initial model, for 2
+rounds: the vectorized process (`build_vectorized_fed_opt`) and the
+per-client one (`build_fed_opt`) must reach the same server state (model
+weights to 1e-5 of the change the rounds made) and report the same
+metrics, for each server optimizer the paper uses (sgd, sgdm, adagrad,
+adam, yogi); and with uniform weighting, client momentum and a client
+learning-rate schedule. States are interchangeable: the vectorized
+process continues from the per-client process's state.
+
+`binaries.train --client_vectorization=K` on a small Shakespeare file
+(shuffled client datasets, as the task preprocesses them): a run resumed
+with the flag after one round without it has the rows and state of a run
+without it; an algorithm without a vectorized path is refused.
+"""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import shakespeare_functional
+from tasks import sqlite_data
+from tests import binary
+from tests import test_shakespeare_functional as functional_test
+from tests import test_stacked_training
+from tff_opt import algorithms
+from tff_opt.algorithms import vectorized
+from tff_opt.round import optimizers
+from tff_opt.round import schedules
+
+SIZES = (9, 5, 0, 4, 6)
+GROUP_SIZE = 2
+ROUNDS = 2
+CLIENT_LR = 0.5
+# (server learning rate, tau): the paper's Shakespeare settings
+# (`tasks.task_paper_settings`). The adaptive optimizers divide by
+# sqrt(v) + tau, which magnifies float32 round-off in tiny delta entries
+# by up to 1/tau. Measured after 3 rounds, as max |difference| over the
+# largest change: grouped vs per-client 2.6e-7 (sgd), 2.0e-7 (sgdm), 1.9e-7
+# (adagrad), 3.1e-6 (adam, yogi); the per-client process against itself
+# with its clients in reverse order: 0.6e-7 to 2.0e-7, and 3.1e-6 for adam
+# and yogi, i.e. the same float32 round-off.
+SERVER = {'sgd': (1.0, 0.0), 'sgdm': (0.316, 0.0), 'adagrad': (0.316, 0.1),
+          'adam': (0.01, 1e-3), 'yogi': (0.01, 1e-3)}
+
+
+def model_fn():
+  return functional_test.tff_model_fn(2)
+
+
+def stacked_model():
+  return shakespeare_functional.stacked_model_for(model_fn)
+
+
+def initial_weights():
+  model = model_fn()
+  rng = np.random.default_rng(5)
+  return tff.learning.models.ModelWeights(
+      trainable=functional_test.random_weights(model, rng), non_trainable=[])
+
+
+def run(process, state, datasets, rounds=ROUNDS):
+  metrics = []
+  for _ in range(rounds):
+    output = process.next(state, datasets)
+    state = output.state
+    metrics.append(output.metrics['client_work'])
+  return state, metrics
+
+
+def assert_same_rounds(process_a, process_b, datasets, start, rounds=ROUNDS):
+  state_a, metrics_a = run(
+      process_a, process_a.set_model_weights(process_a.initialize(), start),
+      datasets, rounds)
+  state_b, metrics_b = run(
+      process_b, process_b.set_model_weights(process_b.initialize(), start),
+      datasets, rounds)
+  weights_a = process_a.get_model_weights(state_a).trainable
+  weights_b = process_b.get_model_weights(state_b).trainable
+  change = max(np.abs(np.asarray(b) - s).max()
+               for b, s in zip(weights_b, start.trainable))
+  diff = max(np.abs(np.asarray(a) - np.asarray(b)).max()
+             for a, b in zip(weights_a, weights_b))
+  assert change > 0
+  assert diff <= 1e-5 * change, (diff, change)
+  for round_a, round_b in zip(metrics_a, metrics_b):
+    flat_a = tf.nest.flatten(round_a)
+    flat_b = tf.nest.flatten(round_b)
+    assert len(flat_a) == len(flat_b)
+    np.testing.assert_allclose(np.array(flat_a, np.float64),
+                               np.array(flat_b, np.float64), rtol=1e-5)
+  return state_a, state_b
+
+
+@pytest.fixture(scope='module')
+def datasets():
+  return test_stacked_training.client_datasets(SIZES)
+
+
+@pytest.fixture(scope='module')
+def start():
+  return initial_weights()
+
+
+@pytest.mark.parametrize('server', list(SERVER))
+def test_grouped_rounds_equal_per_client_rounds(server, datasets, start):
+  common = dict(
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
+      server_optimizer_fn=optimizers.build_server_optimizer(
+          server, learning_rate=SERVER[server][0], tau=SERVER[server][1]))
+  per_client = algorithms.build_fed_opt(model_fn, **common)
+  grouped = vectorized.build_vectorized_fed_opt(
+      model_fn, stacked_model(), group_size=GROUP_SIZE, **common)
+  assert isinstance(grouped, tff.learning.templates.LearningProcess)
+  assert grouped.initialize.type_signature.is_equivalent_to(
+      per_client.initialize.type_signature)
+  assert_same_rounds(grouped, per_client, datasets, start)
+
+
+def test_uniform_weighting_momentum_and_schedule(datasets, start):
+  common = dict(
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          CLIENT_LR, momentum=0.5),
+      server_optimizer_fn=optimizers.build_server_optimizer(
+          'sgd', learning_rate=1.0),
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      client_lr_schedule=schedules.staircase_decay(
+          CLIENT_LR, decay_factor=0.5, decay_every=1))
+  per_client = algorithms.build_fed_opt(model_fn, **common)
+  grouped = vectorized.build_vectorized_fed_opt(
+      model_fn, stacked_model(), group_size=3, **common)
+  state_grouped, state_per_client = assert_same_rounds(
+      grouped, per_client, datasets, start)
+  # The states are of one type: each process goes on from the other's.
+  grouped.next(state_per_client, datasets)
+  per_client.next(state_grouped, datasets)
+
+
+def test_refusals():
+  with pytest.raises(ValueError, match='not one tensor per weight'):
+    vectorized.build_vectorized_fed_opt(
+        model_fn, stacked_model(), group_size=2,
+        client_optimizer_fn=tff.learning.optimizers.build_adam(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+  with pytest.raises(ValueError, match='group_size'):
+    vectorized.build_vectorized_fed_opt(
+        model_fn, stacked_model(), group_size=0,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+
+
+# --- binaries.train --client_vectorization -----------------------------------
+
+SNIPPETS = ('To be, or not to be: that is the question.',
+            'Speak, speak.', 'ROMEO! where art thou?',
+            'Now is the winter of our discontent made glorious summer.',
+            'A horse! a horse! my kingdom for a horse!')
+# Roles with 7, 3, 1 and 6 snippets (batch 4: 2, 1, 1, 2 steps).
+ROLE_SIZES = (7, 3, 1, 6)
+BINARY_FLAGS = ('--task=shakespeare', '--task_option=lstm_units=16',
+                '--task_option=lstm_layers=1', '--clients_per_round=4',
+                '--client_batch_size=4', '--client_epochs=1', '--seed=2',
+                '--eval_every=1', '--checkpoint_every=1')
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp('shakespeare_data')
+  sqlite_data.write_sqlite(str(path / 'shakespeare.sqlite'), {
+      'train': {f'R{i}': [{'snippets': SNIPPETS[j % len(SNIPPETS)]}
+                          for j in range(n)]
+                for i, n in enumerate(ROLE_SIZES)},
+      'test': {f'R{i}': [{'snippets': SNIPPETS[i]}] for i in range(2)}})
+  return str(path)
+
+
+def _rows(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+def _final_state(output_dir, round_num):
+  path = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}',
+                      'state.npz')
+  with np.load(path) as saved:
+    return [saved[n] for n in saved.files]
+
+
+def test_binary_resumes_across_the_flag_with_the_same_numbers(data_dir,
+                                                              tmp_path):
+  """Round 1 one client at a time, round 2 (resumed) in groups of 2: the
+  same rows and state as two rounds one client at a time (the clients'
+  shuffled datasets are read in this process by the grouped path, on
+  TFF's worker by the other)."""
+  flags = (*BINARY_FLAGS, f'--data_dir={data_dir}')
+  straight, switched = str(tmp_path / 'straight'), str(tmp_path / 'switched')
+  assert binary.run_train(*flags, '--rounds=2',
+                          f'--output_dir={straight}') == 0
+  assert binary.run_train(*flags, '--rounds=1',
+                          f'--output_dir={switched}') == 0
+  assert binary.run_train(*flags, '--rounds=2', '--client_vectorization=2',
+                          f'--output_dir={switched}') == 0
+  with open(f'{switched}/hparams.json') as f:
+    assert json.load(f)['client_vectorization'] == 2
+  rows, expected = _rows(switched), _rows(straight)
+  assert [r['round'] for r in rows] == ['1', '2']
+  for got, want in zip(rows, expected):
+    for column in ('train_loss', 'train_accuracy', 'train_num_examples',
+                   'eval_loss', 'eval_accuracy'):
+      assert float(got[column]) == pytest.approx(float(want[column]),
+                                                 rel=1e-5), column
+  for got, want in zip(_final_state(switched, 2), _final_state(straight, 2)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_binary_refuses_the_flag_without_a_vectorized_path(data_dir, tmp_path,
+                                                           capsys):
+  assert binary.run_train(
+      *BINARY_FLAGS, f'--data_dir={data_dir}', '--rounds=1',
+      '--algorithm=fedprox', '--mu=0.1', '--client_vectorization=2',
+      f'--output_dir={tmp_path / "run"}') == 2
+  assert ('--client_vectorization=2: only --task=shakespeare '
+          '--algorithm=fedopt') in capsys.readouterr().err

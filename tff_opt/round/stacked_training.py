@@ -1,0 +1,592 @@
+"""Local training of K clients as one TensorFlow computation.
+
+`client_work.build_local_training` trains each client in its own TFF client
+computation: one small step after another, one client after another. Here
+the clients of a *group* train together: every weight carries a leading
+axis K (client k's copy is `w[k]`), step s feeds every client its own s-th
+batch, and one forward and backward pass of a `StackedModel` (a pure
+function of stacked weights, e.g. `tasks/shakespeare_functional.py`) serves
+all K. The loss summed over the K clients has, as its gradient with respect
+to `w[k]`, client k's own gradient (the clients share no weight), so each
+client takes exactly its own SGD steps.
+
+Data: `stack_clients` pads the clients' batch lists into arrays x, y
+[S, K, B, ...] and `mask` [S, K, B] (which rows are real examples), with S
+the group's largest number of batches and B its largest batch. A client
+whose batches ran out, or whose batch is smaller, has padding rows there:
+they are computed and weighted 0, its loss at that step is the mean over
+its real rows (as TFF's model computes a batch loss), and a client with no
+real row at step s does not step at all: each step gathers the slices of
+the clients that have a batch (weights, optimizer state, data), computes
+and steps only those, and scatters them back, so a finished client costs
+nothing and keeps its weights and optimizer state (not a zero gradient,
+which momentum would still move). Real clients' sizes are skewed (the
+Shakespeare file: median 19 sequences, 90th percentile 152), so a group
+computes the steps its clients take, not K times its largest client's.
+
+The client work (`build_stacked_local_training`) is a TFF
+`ClientWorkProcess` whose "client" is a group: a TFF client computation
+sees one client's data, so a group's clients must arrive as one dataset
+(elements `{'x', 'y', 'mask'}` with K and B leading, `group_datasets`),
+and the group reports one update:
+
+    update = sum_k w_k delta_k / sum_k w_k,   weight = sum_k w_k,
+
+w_k = client k's number of examples (or 1 under uniform weighting), 0 for
+a client whose delta is not finite. The weighted mean over groups that the
+aggregator forms is then sum_g W_g (sum_k w_k delta_k / W_g) / sum_g W_g =
+sum_k w_k delta_k / sum_k w_k: the per-client path's aggregate (to float
+rounding). Training metrics are the per-client metrics summed over the
+group (a non-finite client's dropped, as the per-client path resets its
+metrics), in the structure of the model's `report_local_unfinalized_metrics`,
+and finalized by the model's own finalizers after the sum over groups: the
+same numbers as the per-client path. `non_finite_clients` counts clients,
+not groups.
+
+Choices:
+- Client optimizers: those whose state, besides their hyper-parameters,
+  holds one tensor per weight (TFF's SGD and SGD with momentum). Such state
+  is stacked and masked like the weights. An optimizer with shared state
+  (Adam's step counter) is refused: a client that skips a step would need
+  its own count.
+- Models: trainable weights only (no non-trainable variables such as
+  batch-norm statistics), float weights.
+- The round's client learning rate (its schedule included) is computed as
+  in `client_work.build_local_training` and reported the same way.
+- A group whose clients all lack data still runs one all-padding step, so
+  that the group's size K is known (uniform weighting counts its clients).
+"""
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, Protocol
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt.round import client_work
+
+X_KEY = 'x'
+Y_KEY = 'y'
+MASK_KEY = 'mask'
+DELTA_KEY = 'delta'
+NUM_EXAMPLES_KEY = 'num_examples'
+NUM_STEPS_KEY = 'num_steps'
+STATS_KEY = 'stats'
+
+
+class StackedModel(Protocol):
+  """K copies of a model as a pure function of stacked weights."""
+
+  def batch_loss(self, weights: Sequence[tf.Tensor], batch: Any,
+                 example_mask: tf.Tensor) -> tuple[tf.Tensor, Any]:
+    """`(loss [K], stats)`: each client's loss on its own batch.
+
+    `weights` are [K, ...] in the `VariableModel`'s trainable order,
+    `batch` is `(x, y)` with K and B leading, `example_mask` [K, B] bool.
+    `loss[k]` is client k's mean loss over its real rows (0 if none);
+    `stats` a mapping of [K] tensors summed over steps and clients.
+    """
+
+  def unfinalized_metrics(self, stats: Any) -> Any:
+    """Summed `stats` in the structure of the model's unfinalized
+    metrics."""
+
+
+# --- Data: a group's clients as one dataset ----------------------------------
+
+
+def client_batches(dataset: tf.data.Dataset) -> list[tuple[np.ndarray,
+                                                           np.ndarray]]:
+  """A client's batches as NumPy `(x, y)` pairs, in the dataset's order."""
+  return [tuple(np.asarray(t) for t in client_work.features_and_labels(b))
+          for b in dataset.as_numpy_iterator()]
+
+
+def _trailing_shapes(dataset: tf.data.Dataset):
+  """(x, y) shapes without the batch axis and dtypes, from element_spec."""
+  x_spec, y_spec = client_work.features_and_labels(dataset.element_spec)
+  shapes = []
+  for name, spec in (('x', x_spec), ('y', y_spec)):
+    if not isinstance(spec, tf.TensorSpec):
+      raise TypeError(f'Stacked training needs dense tensors for {name}; '
+                      f'got {spec!r}.')
+    trailing = spec.shape[1:]
+    if not trailing.is_fully_defined():
+      raise ValueError(f'Stacked training needs {name} of a fixed shape '
+                       f'besides the batch axis; got {spec.shape}.')
+    shapes.append((tuple(trailing.as_list()), spec.dtype.as_numpy_dtype))
+  return shapes
+
+
+def stack_clients(clients: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
+                  *, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
+                  x_dtype=np.int32, y_dtype=np.int32
+                  ) -> collections.OrderedDict:
+  """Pads K clients' batches into step-major arrays.
+
+  Args:
+    clients: Per client, its list of `(x, y)` batches (batch axis first).
+    x_shape: Shape of one example's x (without the batch axis).
+    y_shape: Shape of one example's y.
+    x_dtype: dtype of x.
+    y_dtype: dtype of y.
+
+  Returns:
+    `OrderedDict(x=[S, K, B, *x_shape], y=[S, K, B, *y_shape],
+    mask=[S, K, B] bool)`: S is the largest number of batches of a client
+    (at least 1), B the largest batch; padding is 0 and `mask` False.
+
+  Raises:
+    ValueError: If `clients` is empty or a batch has the wrong shape.
+  """
+  if not clients:
+    raise ValueError('stack_clients needs at least one client.')
+  steps = max(1, max(len(batches) for batches in clients))
+  rows = max([1] + [len(x) for batches in clients for x, _ in batches])
+  k = len(clients)
+  x = np.zeros((steps, k, rows) + tuple(x_shape), x_dtype)
+  y = np.zeros((steps, k, rows) + tuple(y_shape), y_dtype)
+  mask = np.zeros((steps, k, rows), bool)
+  for c, batches in enumerate(clients):
+    for s, (bx, by) in enumerate(batches):
+      n = len(bx)
+      if bx.shape[1:] != tuple(x_shape) or by.shape[1:] != tuple(y_shape):
+        raise ValueError(f'Client {c}, batch {s}: shapes {bx.shape}, '
+                         f'{by.shape} do not match {x_shape}, {y_shape}.')
+      x[s, c, :n] = bx
+      y[s, c, :n] = by
+      mask[s, c, :n] = True
+  return collections.OrderedDict([(X_KEY, x), (Y_KEY, y), (MASK_KEY, mask)])
+
+
+def group_sizes(num_clients: int, group_size: int) -> list[int]:
+  """Splits `num_clients` into ceil(n / group_size) groups of near-equal
+  size (10 by 4: 4, 3, 3), so that no group is much smaller than the rest.
+
+  Raises:
+    ValueError: If `group_size` is below 1 or `num_clients` below 0.
+  """
+  if isinstance(group_size, bool) or not isinstance(group_size, int) or (
+      group_size < 1):
+    raise ValueError(f'group_size must be a positive integer, got '
+                     f'{group_size!r}.')
+  if num_clients < 0:
+    raise ValueError(f'num_clients must be >= 0, got {num_clients}.')
+  groups = -(-num_clients // group_size)
+  if groups == 0:
+    return []
+  base, extra = divmod(num_clients, groups)
+  return [base + 1] * extra + [base] * (groups - extra)
+
+
+def group_datasets(client_datasets: Sequence[tf.data.Dataset],
+                   group_size: int) -> list[tf.data.Dataset]:
+  """The round's client datasets as one dataset per group of clients.
+
+  Each client's dataset is read once here (in this process), in its order;
+  clients keep their order, the groups are consecutive (`group_sizes`).
+
+  Args:
+    client_datasets: One batched `(x, y)` dataset per client, as
+      `process.next` takes them.
+    group_size: At most this many clients per group.
+
+  Returns:
+    One `tf.data.Dataset` per group, elements `{'x', 'y', 'mask'}` with
+    the group's K and B axes leading (`stack_clients`, one element per
+    step).
+
+  Raises:
+    ValueError: If there is no dataset, or their shapes differ.
+  """
+  if not client_datasets:
+    raise ValueError('group_datasets needs at least one client dataset.')
+  (x_shape, x_dtype), (y_shape, y_dtype) = _trailing_shapes(
+      client_datasets[0])
+  batches = [client_batches(d) for d in client_datasets]
+  groups, start = [], 0
+  for size in group_sizes(len(batches), group_size):
+    stacked = stack_clients(batches[start:start + size], x_shape=x_shape,
+                            y_shape=y_shape, x_dtype=x_dtype,
+                            y_dtype=y_dtype)
+    groups.append(tf.data.Dataset.from_tensor_slices(stacked))
+    start += size
+  return groups
+
+
+def group_element_type(input_spec: Any) -> tff.Type:
+  """The TFF type of a group dataset's element for a model's input spec."""
+  x_spec, y_spec = client_work.features_and_labels(input_spec)
+  grouped = collections.OrderedDict([
+      (X_KEY, tf.TensorSpec([None] + x_spec.shape.as_list(), x_spec.dtype)),
+      (Y_KEY, tf.TensorSpec([None] + y_spec.shape.as_list(), y_spec.dtype)),
+      (MASK_KEY, tf.TensorSpec([None, None], tf.bool)),
+  ])
+  return tff.types.tensorflow_to_type(grouped)
+
+
+# --- The optimizer on stacked weights ----------------------------------------
+
+
+def _state_keys(state: Any, hparam_keys: Any,
+                specs: Sequence[tf.TensorSpec]) -> tuple[str, ...]:
+  """The non-hyper-parameter keys of `state`; each must be per weight."""
+  keys = []
+  for key, value in state.items():
+    if key in hparam_keys:
+      continue
+    ok = False
+    try:
+      tf.nest.assert_same_structure(value, tuple(specs))
+      ok = all(tf.convert_to_tensor(v).shape == s.shape
+               for v, s in zip(tf.nest.flatten(value), specs))
+    except (TypeError, ValueError):
+      pass
+    if not ok:
+      raise ValueError(
+          f'The client optimizer keeps {key!r}, which is not one tensor '
+          'per weight: stacked training can mask only per-weight state '
+          '(use SGD, with or without momentum).')
+    keys.append(key)
+  return tuple(keys)
+
+
+def per_client_state_keys(optimizer: tff.learning.optimizers.Optimizer,
+                          specs: Sequence[tf.TensorSpec]) -> tuple[str, ...]:
+  """The optimizer's state entries that hold one tensor per weight.
+
+  Args:
+    optimizer: A `tff.learning.optimizers.Optimizer`.
+    specs: One client's weight specs.
+
+  Returns:
+    The keys of the state's non-hyper-parameter entries (all of them hold
+    one tensor per weight).
+
+  Raises:
+    ValueError: If an entry other than a hyper-parameter is not one tensor
+      per weight of that weight's shape (e.g. Adam's step counter).
+  """
+  specs = tuple(specs)
+  with tf.Graph().as_default():
+    state = optimizer.initialize(specs)
+    return _state_keys(state, set(optimizer.get_hparams(state)), specs)
+
+
+def _leading(mask: tf.Tensor, value: tf.Tensor) -> tf.Tensor:
+  """`mask` [K] reshaped to broadcast over `value` [K, ...]."""
+  return tf.reshape(mask, [-1] + [1] * (value.shape.rank - 1))
+
+
+def _stack(value: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+  """`value` repeated K times on a new leading axis."""
+  value = tf.convert_to_tensor(value)
+  stacked = tf.broadcast_to(value[tf.newaxis],
+                            tf.concat([[k], tf.shape(value)], 0))
+  stacked.set_shape([None] + value.shape.as_list())
+  return stacked
+
+
+def build_local_training_fn(
+    model: StackedModel, optimizer: tff.learning.optimizers.Optimizer,
+    stats_dtypes: Any) -> Callable[..., collections.OrderedDict]:
+  """Returns a `tf.function` training K clients on their stacked batches.
+
+  Args:
+    model: The `StackedModel`.
+    optimizer: The client optimizer (`per_client_state_keys` must accept
+      it).
+    stats_dtypes: A mapping name -> dtype of `model.batch_loss`'s stats.
+
+  Returns:
+    `fn(hparams, initial_weights, dataset)`: `hparams` the optimizer's
+    hyper-parameters (its `learning_rate` this round's), `initial_weights`
+    a list of [K, ...] tensors (each client's start), `dataset` elements
+    `{'x', 'y', 'mask'}` ([K, B, ...], one per step). It returns
+    `OrderedDict(delta=[initial - final, per weight, [K, ...]],
+    num_examples=[K] int64, num_steps=[K] int64, stats={name: [K]})`,
+    `delta` in TFF's gradient form, as `client_work` reports it.
+  """
+  batch_loss = client_work.unconverted(model.batch_loss)
+  opt_initialize = client_work.unconverted(optimizer.initialize)
+  opt_set_hparams = client_work.unconverted(optimizer.set_hparams)
+  opt_next = client_work.unconverted(optimizer.next)
+
+  @client_work.unconverted
+  def initial_state(hparams, weights, k):
+    specs = tuple(tf.TensorSpec(w.shape[1:], w.dtype) for w in weights)
+    state = opt_initialize(specs)
+    keys = _state_keys(state, set(optimizer.get_hparams(state)), specs)
+    state = collections.OrderedDict(opt_set_hparams(state, hparams))
+    for key in keys:
+      state[key] = tf.nest.map_structure(lambda v: _stack(v, k), state[key])
+    return state, keys
+
+  @client_work.unconverted
+  def step(state, keys, weights, batch):
+    mask = batch[MASK_KEY]
+    k = tf.shape(mask, out_type=tf.int64)[0]
+    active = tf.reduce_any(mask, axis=1)  # [K]: clients with a batch.
+    # Only the clients with a batch at this step are computed: their
+    # slices are gathered, stepped and scattered back; the others' weights
+    # and optimizer state stay as they are.
+    index = tf.where(active)  # [K_s, 1]
+    take = lambda value: tf.gather_nd(value, index)
+    put = lambda value, new: tf.tensor_scatter_nd_update(value, index, new)
+    own = [take(w) for w in weights]
+    own_mask = take(mask)
+    with tf.GradientTape() as tape:
+      tape.watch(own)
+      loss, stats = batch_loss(own, (take(batch[X_KEY]), take(batch[Y_KEY])),
+                               own_mask)
+      total = tf.reduce_sum(loss)
+    gradients = [tf.convert_to_tensor(g) for g in tape.gradient(total, own)]
+    own_state = collections.OrderedDict(state)
+    for key in keys:
+      own_state[key] = tf.nest.map_structure(take, state[key])
+    new_state, new_weights = opt_next(own_state, tuple(own),
+                                      tuple(gradients))
+    weights = [put(w, n) for w, n in zip(weights, new_weights)]
+    state = collections.OrderedDict(state)
+    for key in keys:
+      state[key] = tf.nest.map_structure(put, state[key], new_state[key])
+    stats = collections.OrderedDict(
+        (name, tf.scatter_nd(index, value, tf.reshape(k, [1])))
+        for name, value in stats.items())
+    examples = tf.reduce_sum(tf.cast(mask, tf.int64), axis=1)
+    return state, weights, stats, examples, tf.cast(active, tf.int64)
+
+  @tf.function
+  def local_training(hparams, initial_weights, dataset):
+    initial_weights = [tf.convert_to_tensor(w) for w in initial_weights]
+    k = tf.shape(initial_weights[0])[0]
+    state, keys = initial_state(hparams, initial_weights, k)
+    weights = list(initial_weights)
+    zeros = tf.zeros(tf.reshape(k, [1]), tf.int64)
+    num_examples, num_steps = zeros, zeros
+    totals = collections.OrderedDict(
+        (name, tf.zeros(tf.reshape(k, [1]), dtype))
+        for name, dtype in stats_dtypes.items())
+    for batch in iter(dataset):
+      state, weights, stats, examples, active = step(state, keys, weights,
+                                                     batch)
+      totals = collections.OrderedDict(
+          (name, totals[name] + tf.cast(stats[name], totals[name].dtype))
+          for name in totals)
+      num_examples += examples
+      num_steps += active
+    return collections.OrderedDict([
+        (DELTA_KEY, [a - b for a, b in zip(initial_weights, weights)]),
+        (NUM_EXAMPLES_KEY, num_examples),
+        (NUM_STEPS_KEY, num_steps),
+        (STATS_KEY, totals),
+    ])
+
+  return local_training
+
+
+def stats_dtypes_of(model: StackedModel, weight_specs: Sequence[Any],
+                    input_spec: Any) -> collections.OrderedDict:
+  """name -> dtype of `model.batch_loss`'s stats (traced once, in a graph).
+
+  Args:
+    model: The `StackedModel`.
+    weight_specs: One client's weight `tf.TensorSpec`s.
+    input_spec: The model's `(x, y)` input spec (batch axis first).
+  """
+  x_spec, y_spec = client_work.features_and_labels(input_spec)
+  with tf.Graph().as_default():
+    weights = [tf.zeros([1] + [d or 1 for d in s.shape.as_list()], s.dtype)
+               for s in weight_specs]
+    x = tf.zeros([1, 1] + [d or 1 for d in x_spec.shape.as_list()[1:]],
+                 x_spec.dtype)
+    y = tf.zeros([1, 1] + [d or 1 for d in y_spec.shape.as_list()[1:]],
+                 y_spec.dtype)
+    _, stats = model.batch_loss(weights, (x, y), tf.ones([1, 1], tf.bool))
+    return collections.OrderedDict(
+        (name, tf.convert_to_tensor(v).dtype) for name, v in stats.items())
+
+
+# --- The client work: one TFF client = one group -----------------------------
+
+
+def _group_update(local_result, client_weighting):
+  """(update, weight, summed stats, non-finite count) of one group."""
+  delta = local_result[DELTA_KEY]
+  per_client = [tf.reduce_all(tf.math.is_finite(tf.reshape(
+      d, [tf.shape(d)[0], -1])), axis=1) for d in delta]
+  finite = tf.reduce_all(tf.stack(per_client), axis=0)  # [K]
+  if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+    weights = tf.cast(local_result[NUM_EXAMPLES_KEY], tf.float32)
+  else:
+    weights = tf.ones_like(finite, tf.float32)
+  weights = tf.where(finite, weights, 0.0)
+  total = tf.reduce_sum(weights)
+  update = []
+  for d in delta:
+    d = tf.where(_leading(finite, d), d, tf.zeros_like(d))
+    weighted = tf.reduce_sum(_leading(tf.cast(weights, d.dtype), d) * d,
+                             axis=0)
+    update.append(tf.math.divide_no_nan(weighted, tf.cast(total, d.dtype)))
+  stats = collections.OrderedDict(
+      (name, tf.reduce_sum(tf.where(finite, value, tf.zeros_like(value))))
+      for name, value in local_result[STATS_KEY].items())
+  non_finite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
+  return update, total, stats, non_finite
+
+
+def _type_of(tensors: Any) -> tff.Type:
+  """The TFF type of a structure of (graph) tensors."""
+  return tff.types.tensorflow_to_type(tf.nest.map_structure(
+      lambda t: tf.TensorSpec(t.shape, t.dtype), tensors))
+
+
+def build_stacked_local_training(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    stacked_model: StackedModel,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    *,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+) -> tff.learning.templates.ClientWorkProcess:
+  """A `ClientWorkProcess` whose clients are groups (module docstring).
+
+  Args:
+    model_fn: The task's no-arg `VariableModel` builder: its weights type,
+      input spec and metric finalizers are the process's.
+    stacked_model: The same model as a `StackedModel`.
+    client_optimizer: The client optimizer (SGD, with or without
+      momentum), with a `learning_rate` hyper-parameter.
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`, per client.
+    learning_rate_schedule: Optional round number -> client learning rate.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess` with the state and the
+    measurements of `client_work.build_local_training`'s, whose `next`
+    takes one group dataset per TFF client (`group_datasets`).
+
+  Raises:
+    TypeError: If `client_weighting` is not a `tff.learning.ClientWeighting`
+      or the optimizer has no `learning_rate`.
+    ValueError: If the model has non-trainable variables, the optimizer
+      keeps state other than one tensor per weight, or the stacked model's
+      metrics do not have the structure of the model's.
+  """
+  if not isinstance(client_weighting, tff.learning.ClientWeighting):
+    raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
+                    f'got {client_weighting!r}.')
+  with tf.Graph().as_default():
+    model = model_fn()
+    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
+        client_work.unconverted_finalizers(model))
+    metrics_type = _type_of(model.report_local_unfinalized_metrics())
+    input_spec = model.input_spec
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    weight_specs = [tf.TensorSpec(v.shape, v.dtype)
+                    for v in model.trainable_variables]
+    if model.non_trainable_variables:
+      raise ValueError(
+          'Stacked training needs a model without non-trainable variables; '
+          f'this one has {len(model.non_trainable_variables)}.')
+  per_client_state_keys(client_optimizer, weight_specs)
+  stats_dtypes = stats_dtypes_of(stacked_model, weight_specs, input_spec)
+  with tf.Graph().as_default():
+    stacked_metrics = stacked_model.unfinalized_metrics(
+        collections.OrderedDict((n, tf.zeros([], d))
+                                for n, d in stats_dtypes.items()))
+    stacked_metrics_type = _type_of(stacked_metrics)
+  if not stacked_metrics_type.is_equivalent_to(metrics_type):
+    raise ValueError('The stacked model reports metrics of type '
+                     f'{stacked_metrics_type}, the model {metrics_type}.')
+  data_type = tff.SequenceType(group_element_type(input_spec))
+
+  initial_hparams = client_optimizer.get_hparams(
+      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
+  if client_work.LEARNING_RATE_KEY not in initial_hparams:
+    raise TypeError('client_optimizer must have a learning_rate '
+                    f'hyper-parameter; it has {list(initial_hparams)}.')
+  initial_state = collections.OrderedDict([
+      (client_work.ROUND_NUM_KEY, 0),
+      (client_work.OPTIMIZER_HPARAMS_KEY, initial_hparams),
+  ])
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_state, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+  hparams_type = state_type[client_work.OPTIMIZER_HPARAMS_KEY]
+
+  @tff.tensorflow.computation(state_type)
+  def round_hparams(state):
+    hparams = collections.OrderedDict(
+        state[client_work.OPTIMIZER_HPARAMS_KEY])
+    if learning_rate_schedule is not None:
+      lr_key = client_work.LEARNING_RATE_KEY
+      hparams[lr_key] = tf.cast(
+          learning_rate_schedule(state[client_work.ROUND_NUM_KEY]),
+          hparams[lr_key].dtype)
+    return hparams
+
+  @tff.tensorflow.computation(hparams_type)
+  def learning_rate_of(hparams):
+    return hparams[client_work.LEARNING_RATE_KEY]
+
+  @tff.tensorflow.computation(state_type)
+  def advance(state):
+    return collections.OrderedDict([
+        (client_work.ROUND_NUM_KEY, state[client_work.ROUND_NUM_KEY] + 1),
+        (client_work.OPTIMIZER_HPARAMS_KEY,
+         state[client_work.OPTIMIZER_HPARAMS_KEY]),
+    ])
+
+  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  def group_update(hparams, broadcast, dataset):
+    train = build_local_training_fn(stacked_model, client_optimizer,
+                                    stats_dtypes)
+    first = dataset.take(1).get_single_element()
+    k = tf.shape(first[MASK_KEY])[0]
+    start = [_stack(w, k) for w in broadcast.trainable]
+    result = train(hparams, start, dataset)
+    update, weight, stats, non_finite = _group_update(result,
+                                                      client_weighting)
+    update = tf.nest.pack_sequence_as(list(broadcast.trainable), update)
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            stacked_model.unfinalized_metrics(stats), non_finite)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def next_fn(state, broadcast, group_data):
+    hparams = tff.federated_map(round_hparams, state)
+    client_result, model_outputs, non_finite = tff.federated_map(
+        group_update, (tff.federated_broadcast(hparams), broadcast,
+                       group_data))
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=metrics_aggregation_fn(model_outputs),
+        client_learning_rate=tff.federated_map(learning_rate_of, hparams),
+        non_finite_clients=tff.federated_sum(non_finite),
+    ))
+    return tff.templates.MeasuredProcessOutput(
+        tff.federated_map(advance, state), client_result, measurements)
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return state[client_work.OPTIMIZER_HPARAMS_KEY]
+
+  @tff.tensorflow.computation(state_type, hparams_type)
+  def set_hparams_fn(state, hparams):
+    return collections.OrderedDict([
+        (client_work.ROUND_NUM_KEY, state[client_work.ROUND_NUM_KEY]),
+        (client_work.OPTIMIZER_HPARAMS_KEY, hparams),
+    ])
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn, next_fn, get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn)
