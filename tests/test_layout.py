@@ -135,8 +135,9 @@ def test_no_file_points_outside_the_repository_for_its_design():
   offenders = []
   scanned = 0
   for folder, _, files in os.walk(REPO, followlinks=True):
-    if any(part in folder for part in ('.venv', '.git', 'results', 'data',
-                                       'bazel-', 'external')):
+    parts = os.path.relpath(folder, REPO).split(os.sep)
+    if any(p in ('.venv', '.git', 'results', 'data', 'external') or
+           p.startswith('bazel-') for p in parts):
       continue
     for name in files:
       path = os.path.join(folder, name)
