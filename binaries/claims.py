@@ -115,12 +115,6 @@ def _better_sign(measure: Measure) -> float:
   return 1.0
 
 
-def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:
-  """The last `--name=value` of `argv`, or None."""
-  found = [a.split('=', 1)[1] for a in argv if a.startswith(f'--{name}=')]
-  return found[-1] if found else None
-
-
 @dataclasses.dataclass(frozen=True)
 class Resolution:
   """The smallest difference a check can tell from noise, and why.
@@ -154,7 +148,7 @@ def resolution(claim: 'Claim', setting_label: str, measure: Measure,
   """
   setting = claim.setting(setting_label)
   if measure.kind == 'rounds_to':
-    grid = _flag_value((*claim.flags, *setting.flags), 'eval_every')
+    grid = reproduce.flag_value((*claim.flags, *setting.flags), 'eval_every')
     grid = int(grid) if grid else 1
     return Resolution(float(grid), f'the {grid}-round evaluation grid')
   size = (eval_sizes or {}).get(setting_label)

@@ -182,7 +182,8 @@ def grid(table: paper_tables.Table, scale: str, *,
 # --- Checking every point before anything runs -------------------------------
 
 
-def _flag_value(argv: Sequence[str], name: str) -> Optional[str]:
+def flag_value(argv: Sequence[str], name: str) -> Optional[str]:
+  """The last `--name=value` of `argv` (a run's flags), or None."""
   value = None
   for arg in argv:
     if arg.startswith(f'--{name}='):
@@ -230,11 +231,11 @@ def check_points(points: Sequence[Point], *, where: str,
       users.append(needed_by)
 
   for p in points:
-    algorithm = _flag_value(p.argv, 'algorithm') or 'fedopt'
+    algorithm = flag_value(p.argv, 'algorithm') or 'fedopt'
     if algorithm not in registry.ALGORITHMS:
       problem(f'--algorithm={algorithm} is not registered (registered: '
               f'{", ".join(registry.ALGORITHMS)})', p.method.label)
-    task = _flag_value(p.argv, 'task') or 'digits'
+    task = flag_value(p.argv, 'task') or 'digits'
     if task not in tasks.TASK_NAMES:
       problem(f'--task={task} is not a task of this package (tasks: '
               f'{", ".join(tasks.TASK_NAMES)})', p.setting.label)

@@ -208,18 +208,18 @@ def test_stand_ins_run_the_papers_grid_on_mnist5k_or_digits():
     mnist = reproduce.grid(table, 'small', seeds=1, work_dir='w')
     assert len(digits) == len(mnist)
     for d, m in zip(digits, mnist):
-      assert reproduce._flag_value(d.argv, 'task') == 'digits'
-      assert reproduce._flag_value(m.argv, 'task') == 'mnist5k'
+      assert reproduce.flag_value(d.argv, 'task') == 'digits'
+      assert reproduce.flag_value(m.argv, 'task') == 'mnist5k'
       # Only the task and the model differ.
       changed = [(a, b) for a, b in zip(d.argv, m.argv) if a != b]
       assert len(d.argv) == len(m.argv)
       assert all(a.startswith(('--task=', '--task_option=model='))
                  for a, _ in changed), changed
-      model = reproduce._flag_value(
+      model = reproduce.flag_value(
           [a.replace('--task_option=model', '--model', 1) for a in m.argv],
           'model')
       assert model is None or model in mnist5k_models
-      digits_model = reproduce._flag_value(
+      digits_model = reproduce.flag_value(
           [a.replace('--task_option=model', '--model', 1) for a in d.argv],
           'model')
       assert digits_model in (None, 'cnn_bn', 'mtt_convnet')
@@ -232,9 +232,9 @@ def test_stand_ins_run_the_papers_grid_on_mnist5k_or_digits():
   assert tasks.task_options('mnist5k')['model'] == 'small_cnn'
   curv = paper_tables.get_table('fedcurv', '1')
   # 50 local epochs of 24 clients are too slow here: E/10 at small scale.
-  assert [reproduce._flag_value(s.flags, 'client_epochs')
+  assert [reproduce.flag_value(s.flags, 'client_epochs')
           for s in curv.small.settings] == ['5', '1']
-  assert [reproduce._flag_value(s.flags, 'client_epochs')
+  assert [reproduce.flag_value(s.flags, 'client_epochs')
           for s in curv.paper_scale.settings] == ['50', '10']
   assert 'E/10' in curv.small.stand_in
 
