@@ -496,7 +496,7 @@ def resolve_hparams() -> dict:
     hparams['fedbn'] = True
   if FLAGS.client_vectorization:  # Recorded only when set; resumable.
     hparams['client_vectorization'] = FLAGS.client_vectorization
-  ignored = ignored_flags(FLAGS.algorithm)
+  ignored = ignored_flags(hparams)
   if ignored:  # Recorded only when some were given (RESUMABLE_CHANGES).
     hparams['ignored_flags'] = ignored
   hparams['output_dir'] = FLAGS.output_dir or os.path.join(
@@ -505,30 +505,62 @@ def resolve_hparams() -> dict:
   return hparams
 
 
-def ignored_flags(algorithm: str) -> dict:
-  """The flags given on the command line that `algorithm` does not read.
+def ignored_flags(hparams: dict) -> dict:
+  """The flags given on the command line that the run does not read.
+
+  Those are the flags of other algorithms (`registry.flags_not_read_by`,
+  which also counts every server-optimizer flag for an algorithm with its
+  own server rule), the server-optimizer flags that `--server_opt` does not
+  read (`optimizers.SERVER_OPTIMIZER_ARGS`: `--server_momentum` is SGDm's
+  alone, `--server_beta_2` Adam's and Yogi's), and the staircase decay's
+  flags without `--client_lr_decay=staircase`.
 
   Args:
-    algorithm: The `--algorithm` value.
+    hparams: The run's resolved settings (`algorithm`, `server_opt`,
+      `client_lr_decay`).
 
   Returns:
-    `{flag name: value}` for each flag given (`registry.flags_not_read_by`);
-    empty when there is none.
+    `{flag name: value}` for each such flag given; empty when there is none.
   """
-  return {name: FLAGS[name].value
-          for name in registry.flags_not_read_by(algorithm)
+  return {name: FLAGS[name].value for name in _unread_flags(hparams)
           if FLAGS[name].present}
 
 
+def _unread_flags(hparams: dict) -> dict:
+  """`{flag name: why it is not read}` for the run `hparams` describes."""
+  algorithm = hparams['algorithm']
+  unread = {name: f'--algorithm={algorithm}'
+            for name in registry.flags_not_read_by(algorithm)}
+  read = optimizers.SERVER_OPTIMIZER_ARGS.get(hparams.get('server_opt'), ())
+  for arg, name in flag_adapters.SERVER_OPTIMIZER_FLAGS:
+    if arg not in read:
+      unread.setdefault(name, f'--server_opt={hparams["server_opt"]}')
+  if hparams.get('client_lr_decay') != 'staircase':
+    for name in ('client_lr_decay_factor', 'client_lr_decay_every'):
+      unread.setdefault(
+          name, f'--client_lr_decay={hparams.get("client_lr_decay")}')
+  return unread
+
+
 def ignored_flags_note(hparams: dict) -> str | None:
-  """One line naming the run's ignored flags (`ignored_flags`), or None."""
+  """One line naming the run's ignored flags (`ignored_flags`), or None.
+
+  The flags are grouped by what they do not apply to, in the order of
+  `ignored_flags`.
+  """
   ignored = hparams.get('ignored_flags')
   if not ignored:
     return None
-  names = ', '.join(f'--{name}' for name in ignored)
-  verb = 'does' if len(ignored) == 1 else 'do'
-  return (f'train: note: {names} {verb} not apply to '
-          f'--algorithm={hparams["algorithm"]}; ignored (recorded as '
+  why = _unread_flags(hparams)
+  groups: dict[str, list[str]] = {}
+  for name in ignored:
+    groups.setdefault(why.get(name, f'--algorithm={hparams["algorithm"]}'),
+                      []).append(f'--{name}')
+  parts = []
+  for reason, names in groups.items():
+    verb = 'does' if len(names) == 1 else 'do'
+    parts.append(f'{", ".join(names)} {verb} not apply to {reason}')
+  return (f'train: note: {"; ".join(parts)}; ignored (recorded as '
           'ignored_flags in hparams.json).')
 
 

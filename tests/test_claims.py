@@ -451,6 +451,18 @@ def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
   assert open(os.path.join(out, 'fedadc', 'table.md')).read() == fedadc_table
 
 
+def test_report_only_names_the_command_that_made_the_runs(tmp_path):
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2']) == 0
+  summary_path = os.path.join(out, 'claims.md')
+  made = open(summary_path).read()
+  assert (f'Made by `python -m binaries.claims --claims=fedadc '
+          f'--out_dir={out} --seeds=2`' in made)
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
+                '--report_only'], launcher=None) == 0
+  assert open(summary_path).read() == made
+
+
 def test_one_seed_is_pending(tmp_path):
   out = str(tmp_path / 'claims')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=1']) == 0

@@ -110,6 +110,20 @@ def test_bad_flag_exits_2_in_one_line_and_creates_nothing(tmp_path):
     (['--algorithm=slowmo', '--server_lr=0.3', '--beta=0.5'],
      {'server_lr': 0.3}, '--server_lr does not apply to --algorithm=slowmo'),
     (['--algorithm=fedprox', '--mu=0.5'], None, None),
+    # Flags the chosen server optimizer or schedule does not read.
+    (['--algorithm=fedopt', '--server_opt=sgd', '--mu=0.5',
+      '--server_momentum=0.5', '--server_tau=0.1'],
+     {'mu': 0.5, 'server_momentum': 0.5, 'server_tau': 0.1},
+     '--mu does not apply to --algorithm=fedopt; --server_momentum, '
+     '--server_tau do not apply to --server_opt=sgd'),
+    (['--algorithm=fedopt', '--server_opt=adagrad', '--server_beta_2=0.9',
+      '--server_beta_1=0.5'], {'server_beta_2': 0.9},
+     '--server_beta_2 does not apply to --server_opt=adagrad'),
+    (['--algorithm=fedopt', '--server_opt=sgdm', '--server_momentum=0.5',
+      '--client_lr_decay_every=7'], {'client_lr_decay_every': 7},
+     '--client_lr_decay_every does not apply to --client_lr_decay=none'),
+    (['--algorithm=fedopt', '--client_lr_decay=staircase',
+      '--client_lr_decay_every=7'], None, None),
     # A default is not a flag given: nothing is noted.
     (['--algorithm=fedopt'], None, None),
 ])

@@ -86,6 +86,17 @@ SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adagrad', 'adam', 'yogi', 'tff_adagrad',
                      'tff_adam', 'tff_yogi')
 CLIENT_OPTIMIZERS = ('sgd', 'sgdm', 'adam')
 
+# The keyword arguments of `build_server_optimizer` each one reads (the
+# others are ignored by it).
+_ADAPTIVE_ARGS = ('learning_rate', 'tau', 'beta_1', 'beta_2')
+SERVER_OPTIMIZER_ARGS = {
+    'sgd': ('learning_rate',),
+    'sgdm': ('learning_rate', 'momentum'),
+    **{name: _ADAPTIVE_ARGS[:3] for name in (_ADAGRAD, 'tff_adagrad')},
+    **{name: _ADAPTIVE_ARGS for name in (_ADAM, _YOGI, 'tff_adam',
+                                         'tff_yogi')},
+}
+
 # Paper defaults for beta_1 (Appendix D): 0 for FedAdagrad, 0.9 otherwise.
 _DEFAULT_BETA_1 = {_ADAGRAD: 0.0, _ADAM: 0.9, _YOGI: 0.9}
 
