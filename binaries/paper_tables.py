@@ -126,7 +126,8 @@ STAND_IN_TASK = 'digits'
 BN_STAND_IN_MODEL = 'cnn_bn'
 # The digits model -> the same role's model on MNIST-5k (`on_stand_in`).
 STAND_IN_MODELS = {'mnist5k': {'cnn': 'small_cnn', BN_STAND_IN_MODEL:
-                               'fedbn_cnn', 'mtt_convnet': 'mtt_convnet'},
+                               'fedbn_cnn', 'mtt_convnet': 'mtt_convnet',
+                               'cnn_proj': 'small_cnn_proj'},
                    'digits': {}}
 # How each stand-in's data are named in a table's stand-in sentence.
 _STAND_IN_DATA = {
@@ -188,11 +189,21 @@ class Method:
     missing: Why the package cannot run it (e.g. 'MOON is not implemented');
       such a row shows the paper's numbers only.
     settings: The setting labels it runs in; `None`: all.
+    model_suffix: Appended to the setting's model (`--task_option=model=`,
+      or the task's default model, `TASK_DEFAULT_MODELS`, when the setting
+      names none): MOON's '_proj', the same model with a projection head
+      (`tasks.models_zoo.with_projection_head`).
   """
   label: str
   flags: tuple[str, ...] = ()
   missing: Optional[str] = None
   settings: Optional[tuple[str, ...]] = None
+  model_suffix: str = ''
+
+
+# The default `model` task option of the tasks a table runs without naming
+# one (tests/test_reproduce.py checks them against `tasks.task_options`).
+TASK_DEFAULT_MODELS = {'digits': 'cnn', 'mnist5k': 'small_cnn'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1009,16 +1020,32 @@ FEDADC_T1 = TableSpec(
     methods=(
         Method('FedAVG', ('--algorithm=fedopt', '--server_opt=sgd',
                           '--server_lr=1.0')),
-        Method('MOON', missing='MOON is not implemented in this package'),
-        Method('FedGKD', missing='FedGKD is not implemented in this package'),
-        Method('FedNTD', missing='FedNTD is not implemented in this package'),
+        # Section IV-A2: tau 0.5, lr 0.01, mu from [1, 5] (choice: 1, the
+        # MOON paper's own value for CIFAR-100); the model with MOON's
+        # projection head (`<model>_proj`; none on the digits stand-in).
+        Method('MOON', ('--algorithm=moon', '--moon_mu=1.0',
+                        '--moon_temperature=0.5', '--client_lr=0.01',
+                        '--server_opt=sgd', '--server_lr=1.0'),
+               model_suffix='_proj'),
+        # Section IV-A3/A4: local momentum 0.9 for FedGKD and FedNTD (the
+        # table's client lr, weight decay not modelled).
+        Method('FedGKD', ('--algorithm=fedgkd', '--gkd_gamma=0.2',
+                          '--gkd_temperature=0.5', '--client_opt=sgdm',
+                          '--server_opt=sgd', '--server_lr=1.0')),
+        Method('FedNTD', ('--algorithm=fedntd', '--ntd_beta=0.3',
+                          '--ntd_temperature=1.0', '--client_opt=sgdm',
+                          '--server_opt=sgd', '--server_lr=1.0')),
         Method('FedDyn', ('--algorithm=feddyn', f'{FEDDYN_ALPHA_FLAG}={_FEDDYN_ALPHA}')),
         Method('FedProx', ('--algorithm=fedprox', '--mu=0.01',
                            '--server_opt=sgd', '--server_lr=1.0')),
         Method('FedADC (ours)', ('--algorithm=fedadc', '--beta=0.9')),
         Method('FedADC+ (ours)', ('--algorithm=fedadc_plus', '--beta=0.9',
                                   '--distill_lambda=0.35')),
-        Method('FedRS', missing='FedRS is not implemented in this package',
+        # Section IV-A1: alpha 0.5, local momentum 0.9, sort and partition
+        # only.
+        Method('FedRS', ('--algorithm=fedrs', '--fedrs_alpha=0.5',
+                         '--client_opt=sgdm', '--server_opt=sgd',
+                         '--server_lr=1.0'),
                settings=('CIFAR-10 s=2 C=0.2', 'CIFAR-10 s=2 C=0.1')),
     ),
     methods_as_rows=True,
@@ -1097,7 +1124,9 @@ _PTR_METHODS = (
     Method('Scaffold', ('--algorithm=scaffold', '--server_opt=sgd',
                         '--server_lr=1.0')),
     Method('FedDyn', ('--algorithm=feddyn', f'{FEDDYN_ALPHA_FLAG}={_FEDDYN_ALPHA}')),
-    Method('FedDC', missing='FedDC is not implemented in this package'),
+    # FedDC's alpha: its authors' CIFAR value (the FedPTR paper's is lost).
+    Method('FedDC', ('--algorithm=feddc', '--feddc_alpha=0.01',
+                     '--server_opt=sgd', '--server_lr=1.0')),
     # The paper's tables are run with its layer-adaptive mu (our
     # reconstruction, `tff_opt/algorithms/fed_ptr.py`; not the binary's
     # default, which is Eq. 2's constant mu).

@@ -170,13 +170,67 @@ def grid(table: paper_tables.Table, scale: str, *,
       for seed in seeds:
         name = f'{_slug(method.label)}__{_slug(setting.label)}__seed{seed}'
         output_dir = os.path.join(work_dir, RUNS_DIR, name)
-        argv = (*spec.flags, *setting.flags, *method.flags,
-                *spec.method_flags.get(method.label, ()),
+        argv = (*with_model_suffix(
+                    merged_flags(spec.flags, setting.flags, method.flags,
+                                 spec.method_flags.get(method.label, ())),
+                    method.model_suffix),
                 *((f'--data_dir={data_dir}',) if data_dir else ()),
                 f'--seed={seed}', f'--rounds={setting.rounds}',
                 f'--output_dir={output_dir}')
         points.append(Point(method, setting, seed, name, argv, output_dir))
   return points
+
+
+_TASK_OPTION = '--task_option='
+
+
+def merged_flags(*groups: Sequence[str]) -> tuple[str, ...]:
+  """The flags of `groups` in order; a later task option replaces an earlier.
+
+  `binaries.train` refuses a task option given twice, so a method that
+  needs another value of one of its setting's task options (MOON's model
+  with a projection head, `--task_option=model=small_cnn_proj`, in a
+  setting of `model=small_cnn`) replaces the setting's: the earlier
+  `--task_option=NAME=...` is dropped. Every other flag is kept (for those,
+  the last one given wins in `binaries.train`).
+  """
+  flags = [f for group in groups for f in group]
+
+  def option_name(flag):
+    if not flag.startswith(_TASK_OPTION):
+      return None
+    return flag[len(_TASK_OPTION):].split('=', 1)[0]
+
+  last = {option_name(f): i for i, f in enumerate(flags)
+          if option_name(f) is not None}
+  return tuple(f for i, f in enumerate(flags)
+               if option_name(f) is None or last[option_name(f)] == i)
+
+
+def with_model_suffix(argv: Sequence[str], suffix: str) -> tuple[str, ...]:
+  """`argv` with `suffix` appended to its model (`Method.model_suffix`).
+
+  The model is the last `--task_option=model=` of `argv`, or the task's
+  default model (`paper_tables.TASK_DEFAULT_MODELS`), added.
+
+  Raises:
+    ValueError: If `argv` names no model and its task's default model is
+      not known.
+  """
+  if not suffix:
+    return tuple(argv)
+  model_flag = _TASK_OPTION + 'model='
+  argv = list(argv)
+  for i in reversed(range(len(argv))):
+    if argv[i].startswith(model_flag):
+      argv[i] += suffix
+      return tuple(argv)
+  task = flag_value(argv, 'task')
+  if task not in paper_tables.TASK_DEFAULT_MODELS:
+    raise ValueError(f'a model suffix {suffix!r} needs a model: --task={task} '
+                     'names none and its default model is not known.')
+  return (*argv, f'{model_flag}{paper_tables.TASK_DEFAULT_MODELS[task]}'
+          f'{suffix}')
 
 
 # --- Checking every point before anything runs -------------------------------

@@ -109,8 +109,10 @@ flags.DEFINE_enum('client_weighting', None,
                   ['num_examples', 'uniform'],
                   'How client updates are averaged: by number of examples '
                   '(Reddi et al. Algorithm 5) or uniformly. Default: the '
-                  'algorithm\'s paper (uniform for fedadc, fedadc_plus, '
-                  'slowmo, fedfor, fedcurv, feddyn; num_examples otherwise).')
+                  'algorithm\'s paper (uniform for ' + ', '.join(
+                      a.name for a in registry.ALGORITHMS.values()
+                      if a.client_weighting == 'uniform') +
+                  '; num_examples otherwise).')
 flags.DEFINE_integer('clients_per_round', None, 'Clients sampled per round; '
                      '0: every training client of the task, every round '
                      '(full participation; a partition\'s empty clients are '
@@ -168,6 +170,31 @@ flags.DEFINE_boolean('fedbn', False, 'FedBN: keep every BatchNormalization '
                      'fedopt|fedprox|fedfor|fedcurv|feddyn; needs a model with '
                      'batch norm, e.g. --task_option=model=cnn_bn for digits. '
                      'Evaluation uses the global model\'s (initial) BN.')
+
+# --- The papers' other baselines (--algorithm=fedntd|fedrs|fedgkd|moon|feddc) -
+# The FedADC paper's settings (Section IV-A) are the defaults; it trains
+# FedNTD, FedRS and FedGKD with local momentum 0.9 (--client_opt=sgdm).
+flags.DEFINE_float('ntd_beta', 0.3, 'FedNTD weight beta of the not-true '
+                   'distillation, >= 0 (0: FedAvg).', lower_bound=0.0)
+flags.DEFINE_float('ntd_temperature', 1.0, 'FedNTD temperature tau, > 0.')
+flags.DEFINE_float('fedrs_alpha', 0.5, 'FedRS scale of the logits of the '
+                   'classes a client lacks, in [0, 1] (1: FedAvg).',
+                   lower_bound=0.0, upper_bound=1.0)
+flags.DEFINE_float('gkd_gamma', 0.2, 'FedGKD coefficient gamma of (gamma/2) '
+                   'tau^2 KL, >= 0 (0.2: the FedADC paper\'s lambda = 0.1 on '
+                   'tau^2 KL).', lower_bound=0.0)
+flags.DEFINE_float('gkd_temperature', 0.5, 'FedGKD temperature tau, > 0.')
+flags.DEFINE_integer('gkd_buffer_size', 5, 'FedGKD: the teacher is the mean '
+                     'of the last M global models; M >= 1.', lower_bound=1)
+flags.DEFINE_float('moon_mu', None, 'MOON weight mu of the model-contrastive '
+                   'loss, >= 0; needed by --algorithm=moon (the FedADC '
+                   'paper searches 1 to 5).', lower_bound=0.0)
+flags.DEFINE_float('moon_temperature', 0.5, 'MOON temperature tau of the '
+                   'cosine similarities, > 0.')
+flags.DEFINE_float('feddc_alpha', 0.01, 'FedDC penalty strength alpha on '
+                   '||theta + h_i - w||^2, >= 0 (the FedDC authors\' '
+                   'CIFAR value; their MNIST script uses 0.1).',
+                   lower_bound=0.0)
 
 # --- FedPTR (--algorithm=fedptr|fedptr_s; --mu is its base strength) -------
 flags.DEFINE_integer('images_per_class', 10, 'FedPTR synthetic images per '

@@ -69,7 +69,7 @@ CROP_SHAPE = (24, 24, 3)
 CIFAR100_SQLITE = 'cifar100.sqlite'
 # Zoo models offered on the (24x24x3 crops of the) CIFAR images.
 MODELS = ('fedadc_cnn', 'fedbn_cnn', 'mtt_convnet', 'resnet18_gn',
-          'resnet20', 'resnet20_gn')
+          'resnet20', 'resnet20_gn', 'fedadc_cnn_proj', 'resnet18_gn_proj')
 CIFAR10_OPTIONS = {'alpha': 1.0, 'num_clients': 500, 'num_test_clients': 100,
                    'examples_per_client': 100, 'model': 'resnet18_gn',
                    **heterogeneity.DEFAULT_OPTIONS}

@@ -57,6 +57,7 @@ import tensorflow_federated as tff
 
 from tasks import heterogeneity
 from tasks import models
+from tasks import models_zoo
 from tasks import partitioners
 
 NUM_CLASSES = 10
@@ -71,7 +72,9 @@ DEFAULT_OPTIONS = {
 # The `model` option: `models.create_digits_cnn` or the MTT ConvNet of the
 # FedPTR paper (`models.create_mtt_convnet`, 3 blocks of width 128; 8x8
 # images pool down to 1x1).
-MODEL_NAMES = ('cnn', 'mtt_convnet', 'cnn_bn')  # cnn_bn: with batch norm.
+# cnn_bn: with batch norm; cnn_proj: with MOON's projection head
+# (`models_zoo.with_projection_head`, for --algorithm=moon).
+MODEL_NAMES = ('cnn', 'mtt_convnet', 'cnn_bn', 'cnn_proj')
 DEFAULT_EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
     num_epochs=1, batch_size=64, shuffle_buffer_size=1)
 
@@ -295,6 +298,9 @@ def create_digits_task(
     if model_name == 'mtt_convnet':
       keras_model = models.create_mtt_convnet(models.DIGITS_IMAGE_SHAPE,
                                               NUM_CLASSES)
+    elif model_name == 'cnn_proj':
+      keras_model = models_zoo.with_projection_head(
+          models.create_digits_cnn(NUM_CLASSES))
     else:
       keras_model = models.create_digits_cnn(
           NUM_CLASSES, batch_norm=model_name == 'cnn_bn')

@@ -16,6 +16,7 @@ builder and `create_model(name, input_shape, num_classes)` builds one by name
 | `fedadc_cnn`  | FedADC (CIFAR-10)                | none                 |
 | `small_cnn`   | reduced-scale claims (MNIST-5k)  | none                 |
 | `mnist_2nn`   | McMahan et al.'s 2NN (MNIST)     | none                 |
+| `<cnn>_proj`  | MOON (FedADC's comparison)       | as `<cnn>`           |
 
 Choices the papers leave open, made here:
 
@@ -65,6 +66,21 @@ Choices the papers leave open, made here:
   Fisher (`tff_opt/round/fisher.py`) and FedPTR's functional forward apply.
 * **mnist_2nn** (McMahan et al. 2017, "2NN"): flatten -> dense 200 relu ->
   dense 200 relu -> dense `num_classes`: 199,210 parameters for 28x28x1.
+* **`<cnn>_proj`** (`fedadc_cnn_proj`, `fedcurv_cnn_proj`, `small_cnn_proj`,
+  `mnist_2nn_proj`): the model with MOON's projection head
+  (`with_projection_head`, `PROJECTION_DIM` = 256 outputs), for
+  `tff_opt.algorithms.moon`. MOON's `ModelFedCon` (Li et al.'s code): the
+  base encoder is the network without its classifier (features h of width
+  d), then l1 = dense d relu, l2 = dense 256 (no activation) = the
+  representation z, then l3 = dense `num_classes` on z: the classifier takes
+  the projected representation. Here the encoder is the model's layers up
+  to its last dense layer (kept as they are, dropout included); l2 is the
+  layer named 'projection' that MOON's loss reads
+  (`tff_opt.round.contrastive`). The FedADC paper (Sec. IV-A2) adds "a
+  projection layer of 2 layer MLP with output dimension of 256" to its CNNs
+  after removing "last two linear layers" and adding an average pooling;
+  it gives no widths and its pooling has no place after dense layers, so
+  we follow MOON's construction. The models without `_proj` are unchanged.
 * Batch norm everywhere uses PyTorch's defaults (the papers' code is
   PyTorch): momentum 0.1 for the running statistics (Keras `momentum=0.9`)
   and epsilon 1e-5. Other initialisers are Keras's defaults.
@@ -356,6 +372,66 @@ def create_mnist_2nn(input_shape=(28, 28, 1),
   ], name='mnist_2nn')
 
 
+PROJECTION_DIM = 256  # MOON's out_dim; the FedADC paper's head.
+PROJECTION_LAYER = 'projection'  # The name MOON's loss reads z from.
+# Zoo models offered with MOON's projection head, as '<name>_proj'.
+PROJECTION_BASES = ('fedadc_cnn', 'fedcurv_cnn', 'small_cnn', 'mnist_2nn',
+                    'resnet18_gn')
+PROJECTION_SUFFIX = '_proj'
+
+
+def with_projection_head(model: tf.keras.Model,
+                         projection_dim: int = PROJECTION_DIM
+                         ) -> tf.keras.Model:
+  """`model` with MOON's projection head before its classifier (docstring).
+
+  The model's last layer (its classifier, a `Dense` on the features h of
+  width d) is replaced by dense d relu ('projection_hidden') -> dense
+  `projection_dim` ('projection', no activation: z) -> dense `num_classes`
+  ('classifier', on z). Every other layer of `model` is reused as it is
+  (the returned model owns them; `model` itself should not be used
+  afterwards).
+
+  Args:
+    model: A built Keras model (functional or Sequential, from a
+      `tf.keras.Input`) whose last layer is a `Dense` classifier on a
+      [batch, d] input.
+    projection_dim: The width of z, >= 1 (MOON's `out_dim`, 256).
+
+  Returns:
+    A new uncompiled `tf.keras.Model` mapping images to logits, named
+    `<model name>_proj`.
+
+  Raises:
+    ValueError: If `projection_dim` is not a positive integer or the last
+      layer is not a `Dense` on a rank-2 input.
+  """
+  if (isinstance(projection_dim, bool) or
+      not isinstance(projection_dim, int) or projection_dim < 1):
+    raise ValueError('projection_dim must be a positive integer, got '
+                     f'{projection_dim!r}.')
+  classifier = model.layers[-1]
+  if not isinstance(classifier, tf.keras.layers.Dense):
+    raise ValueError(f'The last layer of {model.name!r} must be its Dense '
+                     f'classifier, got {type(classifier).__name__}.')
+  features = classifier.input
+  if features.shape.rank != 2:
+    raise ValueError(f'The classifier of {model.name!r} must take [batch, '
+                     f'features], got shape {features.shape}.')
+  width = int(features.shape[-1])
+  hidden = tf.keras.layers.Dense(width, activation='relu',
+                                 name='projection_hidden')(features)
+  z = tf.keras.layers.Dense(projection_dim, name=PROJECTION_LAYER)(hidden)
+  logits = tf.keras.layers.Dense(classifier.units, name='classifier')(z)
+  return tf.keras.Model(model.inputs, logits,
+                        name=f'{model.name}{PROJECTION_SUFFIX}')
+
+
+def _with_head(builder: Callable[..., tf.keras.Model]
+               ) -> Callable[..., tf.keras.Model]:
+  return lambda s, n: with_projection_head(builder(s, n))
+
+
 MODELS: dict[str, Callable[..., tf.keras.Model]] = {
     'resnet20': create_resnet20,
     'resnet20_gn': lambda s, n: create_resnet20(s, n, norm='group'),
@@ -368,6 +444,8 @@ MODELS: dict[str, Callable[..., tf.keras.Model]] = {
     'small_cnn': create_small_cnn,
     'mnist_2nn': create_mnist_2nn,
 }
+MODELS.update({name + PROJECTION_SUFFIX: _with_head(MODELS[name])
+               for name in PROJECTION_BASES})
 MODEL_NAMES: tuple[str, ...] = tuple(sorted(MODELS))
 
 

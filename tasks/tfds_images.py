@@ -86,10 +86,15 @@ from tasks import models_zoo
 
 DEFAULT_EVAL_CLIENT_SPEC = tff.simulation.baselines.ClientSpec(
     num_epochs=1, batch_size=100, shuffle_buffer_size=1)
+# `<name>_proj`: the model with MOON's projection head
+# (`models_zoo.with_projection_head`), for --algorithm=moon.
 _SMALL_MODELS = ('fedcurv_cnn', 'fedbn_cnn', 'fedadc_cnn', 'mtt_convnet',
-                 'resnet20', 'resnet20_gn', 'small_cnn', 'mnist_2nn')
+                 'resnet20', 'resnet20_gn', 'small_cnn', 'mnist_2nn',
+                 'fedcurv_cnn_proj', 'fedadc_cnn_proj', 'small_cnn_proj',
+                 'mnist_2nn_proj')
 _CIFAR_MODELS = ('resnet20', 'resnet20_gn', 'resnet18_gn', 'fedadc_cnn',
-                 'fedbn_cnn', 'mtt_convnet')
+                 'fedbn_cnn', 'mtt_convnet', 'fedadc_cnn_proj',
+                 'resnet18_gn_proj')
 
 
 @dataclasses.dataclass(frozen=True)

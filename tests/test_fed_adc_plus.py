@@ -7,6 +7,7 @@ import tensorflow as tf
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_adc
+from tff_opt.round import losses
 
 LAM = 0.35
 TAU = 2.0
@@ -43,7 +44,7 @@ def test_label_proportions_and_confidences():
   labels = np.array([2, 2, 0, 2, 0, 2], np.int32)
   dataset = tf.data.Dataset.from_tensor_slices(
       (np.zeros((6, 1), np.float32), labels)).batch(4)
-  gamma = fed_adc.label_proportions(dataset, num_classes=4).numpy()
+  gamma = losses.label_proportions(dataset, num_classes=4).numpy()
   np.testing.assert_allclose(gamma, [2 / 6, 0.0, 4 / 6, 0.0], rtol=1e-6)
   np.testing.assert_allclose(fed_adc.confidences(gamma).numpy(),
                              [0.5, 0.0, 1.0, 0.0], rtol=1e-6)

@@ -87,6 +87,17 @@ def _mnist_2nn(num_classes):
           + _dense(200, num_classes)), 0
 
 
+def _with_head(counts, features, num_classes, projection=256):
+  """MOON's head: the classifier dense(features, classes) replaced by
+  dense(features, features) relu -> dense(features, 256) -> dense(256,
+  classes)."""
+  trainable, frozen = counts
+  return (trainable - _dense(features, num_classes) + _dense(features,
+                                                             features)
+          + _dense(features, projection) + _dense(projection, num_classes),
+          frozen)
+
+
 # name -> (input shape, classes, expected (trainable, frozen), trainable
 # count written out as a cross-check of the formulas).
 CASES = {
@@ -99,6 +110,14 @@ CASES = {
     'mtt_convnet': ((32, 32, 3), 10, _mtt_convnet(10), 320_010),
     'small_cnn': ((28, 28, 1), 10, _small_cnn(10), 114_314),
     'mnist_2nn': ((28, 28, 1), 10, _mnist_2nn(10), 199_210),
+    'fedadc_cnn_proj': ((32, 32, 3), 10, _with_head(_fedadc_cnn(10), 128, 10),
+                        2_379_562),
+    'fedcurv_cnn_proj': ((28, 28, 1), 10,
+                         _with_head(_fedcurv_cnn(10), 128, 10), 1_250_698),
+    'small_cnn_proj': ((28, 28, 1), 10, _with_head(_small_cnn(10), 64, 10),
+                       137_034),
+    'mnist_2nn_proj': ((28, 28, 1), 10, _with_head(_mnist_2nn(10), 200, 10),
+                       291_426),
 }
 
 
@@ -172,9 +191,11 @@ def test_resnet20_zero_pad_shortcut_keeps_input_in_the_first_channels():
 
 @pytest.mark.parametrize('call, message', [
     (lambda: models_zoo.create_model('vgg', (32, 32, 3), 10),
-     r"^model must be one of alexnet_bn, fedadc_cnn, fedbn_cnn, "
-     r"fedcurv_cnn, mnist_2nn, mtt_convnet, resnet18_gn, resnet20, "
-     r"resnet20_gn, small_cnn, got 'vgg'\.$"),
+     r"^model must be one of alexnet_bn, fedadc_cnn, fedadc_cnn_proj, "
+     r"fedbn_cnn, fedcurv_cnn, fedcurv_cnn_proj, mnist_2nn, mnist_2nn_proj, "
+     r"mtt_convnet, resnet18_gn, resnet18_gn_proj, resnet20, resnet20_gn, "
+     r"small_cnn, "
+     r"small_cnn_proj, got 'vgg'\.$"),
     (lambda: models_zoo.create_alexnet_bn((62, 62, 3)),
      r'^input_shape must be \(height, width, channels\) with height and '
      r'width >= 63 for alexnet_bn, got \(62, 62, 3\)\.$'),
@@ -184,7 +205,46 @@ def test_resnet20_zero_pad_shortcut_keeps_input_in_the_first_channels():
      r'^num_classes must be at least 2, got 1\.$'),
     (lambda: models_zoo.create_fedadc_cnn(conv_filters=(8, 8)),
      r'^conv_filters must be four positive widths, got \(8, 8\)\.$'),
-], ids=['unknown', 'alexnet_small', 'norm', 'classes', 'fedadc_widths'])
+    (lambda: models_zoo.with_projection_head(
+        models_zoo.create_mnist_2nn(), projection_dim=0),
+     r'^projection_dim must be a positive integer, got 0\.$'),
+    (lambda: models_zoo.with_projection_head(tf.keras.Sequential(
+        [tf.keras.Input((4,)), tf.keras.layers.Dense(3),
+         tf.keras.layers.Softmax()], name='probs')),
+     r"^The last layer of 'probs' must be its Dense classifier, got "
+     r'Softmax\.$'),
+], ids=['unknown', 'alexnet_small', 'norm', 'classes', 'fedadc_widths',
+        'projection_dim', 'no_classifier'])
 def test_bad_arguments_raise_naming_them(call, message):
   with pytest.raises(ValueError, match=message):
     call()
+
+
+def test_projection_models_put_moon_s_head_on_the_unchanged_encoder(built):
+  """z = the 'projection' layer (256 wide, linear) after a relu layer as
+  wide as the encoder's features; the logits are a dense layer on z; the
+  layers before are the base model's, configured as they are."""
+  name, model = built
+  if not name.endswith(models_zoo.PROJECTION_SUFFIX):
+    assert models_zoo.PROJECTION_LAYER not in [l.name for l in model.layers]
+    return
+  shape, classes, _, _ = CASES[name]
+  base = models_zoo.create_model(name[:-len(models_zoo.PROJECTION_SUFFIX)],
+                                 shape, classes)
+  hidden, projection, classifier = model.layers[-3:]
+  assert [l.name for l in model.layers[-3:]] == [
+      'projection_hidden', models_zoo.PROJECTION_LAYER, 'classifier']
+  assert hidden.units == base.layers[-1].input.shape[-1]
+  assert hidden.get_config()['activation'] == 'relu'
+  assert projection.units == models_zoo.PROJECTION_DIM == 256
+  assert projection.get_config()['activation'] == 'linear'
+  assert classifier.input is projection.output
+  assert classifier.units == classes
+  encoder = [l for l in model.layers
+             if not isinstance(l, tf.keras.layers.InputLayer)][:-3]
+
+  def config(layer):
+    return {k: v for k, v in layer.get_config().items() if k != 'name'}
+
+  assert [config(l) for l in encoder] == [config(l)
+                                          for l in base.layers[:-1]]

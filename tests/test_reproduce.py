@@ -222,9 +222,10 @@ def test_stand_ins_run_the_papers_grid_on_mnist5k_or_digits():
       digits_model = reproduce.flag_value(
           [a.replace('--task_option=model', '--model', 1) for a in d.argv],
           'model')
-      assert digits_model in (None, 'cnn_bn', 'mtt_convnet')
+      assert digits_model in (None, 'cnn_bn', 'mtt_convnet', 'cnn_proj')
       assert model == {None: None, 'cnn_bn': 'fedbn_cnn',
-                       'mtt_convnet': 'mtt_convnet'}[digits_model]
+                       'mtt_convnet': 'mtt_convnet',
+                       'cnn_proj': 'small_cnn_proj'}[digits_model]
     assert _DIGITS_NOTE in table.scale('small', 'digits').stand_in
     note = table.scale('small').stand_in
     assert 'MNIST-5k (real 28x28 MNIST digits' in note
@@ -516,3 +517,37 @@ def test_one_small_point_trains_for_real(tmp_path, monkeypatch):
   assert accuracy == pytest.approx(
       50 * (float(rows[0]['eval_accuracy']) + float(rows[1]['eval_accuracy'])))
   assert 'FedAvg' in open(os.path.join(work, 'table.md')).read()
+
+
+def test_a_later_task_option_replaces_the_earlier_one():
+  """MOON's model with a projection head in a setting of another model."""
+  assert reproduce.merged_flags(
+      ('--task=mnist5k', '--task_option=model=small_cnn',
+       '--task_option=partition=sort', '--client_lr=0.05'),
+      ('--algorithm=moon', '--task_option=model=small_cnn_proj',
+       '--client_lr=0.01')) == (
+           '--task=mnist5k', '--task_option=partition=sort',
+           '--client_lr=0.05', '--algorithm=moon',
+           '--task_option=model=small_cnn_proj', '--client_lr=0.01')
+
+
+def test_task_default_models_are_the_tasks():
+  import tasks  # pylint: disable=g-import-not-at-top
+  for task, model in paper_tables.TASK_DEFAULT_MODELS.items():
+    assert tasks.task_options(task)['model'] == model, task
+
+
+def test_moon_runs_its_settings_model_with_the_projection_head():
+  table = paper_tables.get_table('fedadc', '1')
+
+  def moon_models(scale, stand_in):
+    return {reproduce.flag_value(
+        [a.replace('--task_option=model', '--model', 1) for a in p.argv],
+        'model') for p in reproduce.grid(table, scale, seeds=1, work_dir='w',
+                                         stand_in=stand_in)
+            if p.method.label == 'MOON'}
+
+  assert moon_models('paper', 'mnist5k') == {'fedadc_cnn_proj',
+                                             'resnet18_gn_proj'}
+  assert moon_models('small', 'mnist5k') == {'small_cnn_proj'}
+  assert moon_models('small', 'digits') == {'cnn_proj'}

@@ -10,3 +10,8 @@ from tff_opt.algorithms.scaffold import build_scaffold
 from tff_opt.algorithms.fed_ptr import build_fed_ptr
 from tff_opt.algorithms.fed_dyn import build_fed_dyn
 from tff_opt.algorithms.fed_bn import build_fed_bn
+from tff_opt.algorithms.fed_dc import build_fed_dc
+from tff_opt.algorithms.fed_ntd import build_fed_ntd
+from tff_opt.algorithms.fed_rs import build_fed_rs
+from tff_opt.algorithms.fed_gkd import build_fed_gkd
+from tff_opt.algorithms.moon import build_moon

@@ -1,8 +1,12 @@
 """Checks and small pieces shared by the algorithm builders."""
 
+from collections.abc import Callable
 from typing import Any
 
+import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_opt.round import client_work as client_work_lib
 
 
 def check_optimizer(name: str, value: Any) -> None:
@@ -30,3 +34,19 @@ def initial_model_weights_fn(model_fn) -> tff.Computation:
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
   return initial_weights
+
+
+def num_classes_of(
+    model_fn: Callable[[], tff.learning.models.VariableModel]) -> int:
+  """The size of the model's last prediction axis (its number of classes).
+
+  Read from one forward pass of a new model on a batch of zeros, in a graph
+  of its own (FedADC+, FedRS and personalization need it).
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    x_spec, _ = client_work_lib.features_and_labels(model.input_spec)
+    shape = [1 if d is None else d for d in x_spec.shape.as_list()]
+    predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
+                                         training=False)
+    return int(predictions.shape[-1])

@@ -70,9 +70,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.algorithms import _common
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
+from tff_opt.round import losses
 from tff_opt.round import momentum as momentum_lib
 
 VARIANTS = ('heavy_ball', 'nesterov')
@@ -104,28 +106,6 @@ def self_confidence_target(teacher_probs: tf.Tensor, labels: tf.Tensor,
   off_true = (1.0 - true_class) * (1.0 - rho)[tf.newaxis, :] * teacher_probs
   return off_true + true_class * (
       1.0 - tf.reduce_sum(off_true, axis=-1, keepdims=True))
-
-
-def label_proportions(dataset: tf.data.Dataset,
-                      num_classes: int) -> tf.Tensor:
-  """gamma: the share of each class among the labels of `dataset`.
-
-  Args:
-    dataset: Batches `(x, y)` or `{'x': ..., 'y': ...}`.
-    num_classes: Number of classes.
-
-  Returns:
-    A [num_classes] float32 tensor summing to 1 (zeros if there are no
-    examples).
-  """
-
-  def add(counts, batch):
-    _, y = client_work_lib.features_and_labels(batch)
-    return counts + tf.reduce_sum(
-        tf.one_hot(tf.reshape(tf.cast(y, tf.int32), [-1]), num_classes), 0)
-
-  counts = dataset.reduce(tf.zeros([num_classes], tf.float32), add)
-  return counts / tf.maximum(tf.reduce_sum(counts), 1.0)
 
 
 def confidences(gamma: tf.Tensor) -> tf.Tensor:
@@ -173,18 +153,6 @@ def build_self_confidence_loss(distill_lambda: float, temperature: float
     return loss_fn
 
   return builder
-
-
-def _num_classes(model_fn) -> int:
-  """The size of the model's last prediction axis (its number of classes)."""
-  with tf.Graph().as_default():
-    model = model_fn()
-    spec = model.input_spec
-    x_spec, _ = client_work_lib.features_and_labels(spec)
-    shape = [1 if d is None else d for d in x_spec.shape.as_list()]
-    predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
-                                         training=False)
-    return int(predictions.shape[-1])
 
 
 # --- The recipe and the builder -------------------------------------------
@@ -263,7 +231,7 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
 
   The base recipe's local objective keeps its penalty and look-ahead; its
   loss becomes `build_self_confidence_loss(distill_lambda, temperature)`,
-  with the client's label proportions (`label_proportions`) as its
+  with the client's label proportions (`losses.label_proportions`) as its
   statistics.
   """
 
@@ -273,7 +241,7 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
         recipe.objective,
         loss_fn_builder=build_self_confidence_loss(distill_lambda,
                                                    temperature),
-        client_stats_fn=functools.partial(label_proportions,
+        client_stats_fn=functools.partial(losses.label_proportions,
                                           num_classes=num_classes)))
 
   return distilled
@@ -349,7 +317,7 @@ def build_fed_adc(
     checks.check_positive('distill_temperature', distill_temperature)
     recipe_fn = with_distillation(
         recipe_fn, distill_lambda=distill_lambda,
-        temperature=distill_temperature, num_classes=_num_classes(model_fn))
+        temperature=distill_temperature, num_classes=_common.num_classes_of(model_fn))
   return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer,
                              client_weighting, client_lr_schedule)
 

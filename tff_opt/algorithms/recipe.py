@@ -10,6 +10,8 @@ that builds and composes one:
     FedOpt, FedProx, FedFOR, FedPTR   `penalized_fed_opt` (one recipe, each
                                       with its broadcast and penalty)
     FedCurv, FedDyn, SCAFFOLD         their own (`fed_curv_recipe`, ...)
+    FedNTD, FedRS                     `penalized_fed_opt` with a loss hook
+    FedGKD, MOON, FedDC               their own (`fed_gkd_recipe`, ...)
     FedADC, FedADC+, SlowMo           `fed_adc.fed_adc_recipe`
     FedBN                             `fed_bn.with_local_batch_norm` of a
                                       base algorithm's recipe

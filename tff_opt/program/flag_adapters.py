@@ -45,6 +45,10 @@ from tff_opt import algorithms
 from tff_opt import checks
 from tff_opt.algorithms import fed_bn as fed_bn_lib
 from tff_opt.algorithms import fed_curv as fed_curv_lib
+from tff_opt.algorithms import fed_gkd as fed_gkd_lib
+from tff_opt.algorithms import fed_ntd as fed_ntd_lib
+from tff_opt.algorithms import fed_rs as fed_rs_lib
+from tff_opt.algorithms import moon as moon_lib
 from tff_opt.round import optimizers
 from tff_opt.round import schedules
 
@@ -286,6 +290,66 @@ def fed_dyn(model_fn, *, feddyn_alpha, num_clients, **common):
   _check_feddyn_alpha(feddyn_alpha)
   return algorithms.build_fed_dyn(model_fn, alpha=feddyn_alpha,
                                   num_clients=num_clients, **common)
+
+
+def fed_dc(model_fn, *, feddc_alpha, num_clients, **common):
+  """`--algorithm=feddc`: `--feddc_alpha` is FedDC's `alpha`; N (the
+  population of its drift mean) is the task's training clients."""
+  check_flag('feddc_alpha', feddc_alpha,
+             functools.partial(checks.check_non_negative, 'alpha'))
+  return algorithms.build_fed_dc(model_fn, alpha=feddc_alpha,
+                                 num_clients=num_clients, **common)
+
+
+def fed_ntd(model_fn, *, ntd_beta, ntd_temperature, **common):
+  """`--algorithm=fedntd`: `--ntd_beta`, `--ntd_temperature`."""
+  check_flag('ntd_beta', ntd_beta,
+             lambda v: fed_ntd_lib.fed_ntd_recipe(
+                 beta=v, server_optimizer_fn=common['server_optimizer_fn']))
+  check_flag('ntd_temperature', ntd_temperature,
+             lambda v: fed_ntd_lib.fed_ntd_recipe(
+                 temperature=v,
+                 server_optimizer_fn=common['server_optimizer_fn']))
+  return fed_ntd_lib.build_fed_ntd(model_fn, beta=ntd_beta,
+                                   temperature=ntd_temperature, **common)
+
+
+def fed_rs(model_fn, *, fedrs_alpha, **common):
+  """`--algorithm=fedrs`: `--fedrs_alpha` scales the absent classes' logits."""
+  check_flag('fedrs_alpha', fedrs_alpha, fed_rs_lib.check_alpha)
+  return fed_rs_lib.build_fed_rs(model_fn, alpha=fedrs_alpha, **common)
+
+
+def fed_gkd(model_fn, *, gkd_gamma, gkd_temperature, gkd_buffer_size,
+            **common):
+  """`--algorithm=fedgkd`: `--gkd_gamma`, `--gkd_temperature`,
+  `--gkd_buffer_size`."""
+  for flag, argument, value in (('gkd_gamma', 'gamma', gkd_gamma),
+                                ('gkd_temperature', 'temperature',
+                                 gkd_temperature),
+                                ('gkd_buffer_size', 'buffer_size',
+                                 gkd_buffer_size)):
+    check_flag(flag, value,
+               lambda v, a=argument: fed_gkd_lib.fed_gkd_recipe(
+                   **{a: v},
+                   server_optimizer_fn=common['server_optimizer_fn']))
+  return fed_gkd_lib.build_fed_gkd(
+      model_fn, gamma=gkd_gamma, temperature=gkd_temperature,
+      buffer_size=gkd_buffer_size, **common)
+
+
+def moon(model_fn, *, moon_mu, moon_temperature, **common):
+  """`--algorithm=moon`: `--moon_mu`, `--moon_temperature`; the task's model
+  must have MOON's projection head (`--task_option=model=<name>_proj`)."""
+  for flag, argument, value in (('moon_mu', 'mu', moon_mu),
+                                ('moon_temperature', 'temperature',
+                                 moon_temperature)):
+    check_flag(flag, value,
+               lambda v, a=argument: moon_lib.moon_recipe(
+                   **{'mu': 1.0, a: v},
+                   server_optimizer_fn=common['server_optimizer_fn']))
+  return moon_lib.build_moon(model_fn, mu=moon_mu,
+                             temperature=moon_temperature, **common)
 
 
 def scaffold(model_fn, *, num_clients, **common):

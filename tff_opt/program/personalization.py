@@ -80,7 +80,9 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt.round import client_work
+from tff_opt.round import losses
 from tff_opt.round import penalties
+from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_adc
 
 STRATEGY_KEY = 'calibrated'
@@ -184,16 +186,6 @@ def check_classifier(
         f'{y_spec.shape.as_list()}.')
 
 
-def _num_classes(model_fn) -> int:
-  with tf.Graph().as_default():
-    model = model_fn()
-    x_spec, _ = client_work.features_and_labels(model.input_spec)
-    shape = [1 if d is None else d for d in x_spec.shape.as_list()]
-    predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
-                                         training=False)
-    return int(predictions.shape[-1])
-
-
 def build_fine_tune_fn(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -241,7 +233,7 @@ def build_fine_tune_fn(
     num_variables = len(probe.trainable_variables)
     indices = (last_layer_indices(probe) if variable_indices is None else
                _check_indices(variable_indices, num_variables))
-  num_classes = _num_classes(model_fn) if distill_lambda > 0 else None
+  num_classes = _common.num_classes_of(model_fn) if distill_lambda > 0 else None
 
   def builder():
     teacher = model_fn() if distill_lambda > 0 else None
@@ -258,7 +250,7 @@ def build_fine_tune_fn(
             tff.learning.models.ModelWeights.from_model(teacher),
             tff.learning.models.ModelWeights.from_model(model))
         rho = fed_adc.confidences(
-            fed_adc.label_proportions(batches, num_classes))
+            losses.label_proportions(batches, num_classes))
       specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in tuned)
       state = optimizer.initialize(specs)
       for batch in iter(batches.repeat(epochs)):

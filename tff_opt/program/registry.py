@@ -4,9 +4,11 @@ Client weighting, each paper's (the binary's default; `--client_weighting`
 overrides it): uniform over the round's clients for FedADC and FedADC+
 (Ozfatura et al. Algorithms 3-4: (1/|S|) sum), SlowMo (their Algorithm 2),
 FedFOR (Tian et al. Algorithm 1), FedCurv (Shoham et al.: the plain mean of
-the participants' models) and FedDyn (Acar et al. Algorithm 1: (1/|P|) sum
-theta_k); by number of examples for FedOpt (Reddi et al. Algorithm 5),
-FedProx, SCAFFOLD and FedPTR(-S), which follow FedAvg's weighting.
+the participants' models), FedDyn (Acar et al. Algorithm 1: (1/|P|) sum
+theta_k) FedDC (Gao et al.: the plain mean of the theta_i) and FedGKD (its
+authors' code averages the received models uniformly); by number of examples for FedOpt (Reddi et al. Algorithm 5),
+FedProx, SCAFFOLD, FedPTR(-S), FedNTD and FedRS, which follow FedAvg's
+weighting.
 
 Every entry builds a `LearningProcess` from the task's `model_fn` and the
 settings every algorithm shares (client and server optimizers, client
@@ -153,6 +155,58 @@ ALGORITHMS: dict[str, Algorithm] = {
             server_rule='sgd',
             client_weighting='uniform',
             hparams=('feddyn_alpha',),
+            task_facts=('num_clients',)),
+        Algorithm(
+            name='fedntd',
+            summary=('FedNTD (Lee et al., NeurIPS 2022): local loss CE + '
+                     'beta tau^2 KL over the not-true classes, the broadcast '
+                     'model the teacher (--ntd_beta, --ntd_temperature), '
+                     'server optimizer from --server_opt'),
+            build=flag_adapters.fed_ntd,
+            hparams=('ntd_beta', 'ntd_temperature')),
+        Algorithm(
+            name='fedrs',
+            summary=('FedRS (Li & Zhan, KDD 2021): restricted softmax, the '
+                     'logits of the classes a client lacks scaled by '
+                     '--fedrs_alpha, server optimizer from --server_opt'),
+            build=flag_adapters.fed_rs,
+            hparams=('fedrs_alpha',)),
+        Algorithm(
+            name='fedgkd',
+            summary=('FedGKD (Yao et al.): distillation from the parameter '
+                     'mean of the last --gkd_buffer_size global models, CE + '
+                     '(gamma/2) tau^2 KL (--gkd_gamma, --gkd_temperature), '
+                     'server optimizer from --server_opt'),
+            build=flag_adapters.fed_gkd,
+            client_weighting='uniform',
+            hparams=('gkd_gamma', 'gkd_temperature', 'gkd_buffer_size')),
+        Algorithm(
+            name='moon',
+            summary=('MOON (Li, He & Song, CVPR 2021): local loss CE + mu '
+                     'l_con contrasting the projection head\'s z with the '
+                     'global model\'s (positive) and the client\'s previous '
+                     'local model\'s (negative, client state kept by the '
+                     'training loop), cosine at --moon_temperature '
+                     '(--moon_mu); needs a model with a projection layer '
+                     '(--task_option=model=<name>_proj); server optimizer '
+                     'from --server_opt'),
+            build=flag_adapters.moon,
+            hparams=('moon_mu', 'moon_temperature')),
+        Algorithm(
+            name='feddc',
+            summary=('FedDC (Gao et al., CVPR 2022): local objective '
+                     'L_i + (alpha/2)||theta + h_i - w||^2 + (1/(eta K))'
+                     '<theta, g_i - g> with per-client drift h_i and last '
+                     'update g_i kept by the training loop; the server '
+                     'takes the mean of the round\'s theta_i plus the mean '
+                     'of every client\'s h_i (N the task\'s training '
+                     'clients, as its authors\' code) and of g_i '
+                     '(--feddc_alpha); the paper\'s server step is '
+                     '--server_opt=sgd --server_lr=1'),
+            build=flag_adapters.fed_dc,
+            server_rule='sgd',
+            client_weighting='uniform',
+            hparams=('feddc_alpha',),
             task_facts=('num_clients',)),
         Algorithm(
             name='scaffold',

@@ -27,6 +27,8 @@ is `<name>_hook(...)(weights, broadcast, learning_rate=eta)`.
     elastic_hook               FedCurv   lam (w^T diag(u) w - 2 w^T v) + const
     linear_correction          SCAFFOLD  <w, c - c_i>  (gradient c - c_i)
     dynamic                    FedDyn    -<g_k, w> + (alpha/2) ||w - w_t||^2
+    local_drift_hook           FedDC     (alpha/2) ||w + h_i - w_t||^2
+                                         + (1/(eta K)) <w, g_i - g>
 
 Broadcast entries read here (names are module constants):
 `previous_model_weights` and `has_previous` (FedFOR, from
@@ -306,3 +308,86 @@ def effective_client_control_variate(broadcast):
       tf.where(state[client_states.INITIALIZED_KEY], own, server)
       for own, server in zip(state[CONTROL_VARIATE_KEY], c)
   ]
+
+
+# --- FedDC (Gao et al., CVPR 2022): local drift decoupling and correction ---
+
+# The client state of FedDC: its local drift variable h_i and its last local
+# update g_i; the broadcast's global update g.
+DRIFT_KEY = 'drift'
+LOCAL_UPDATE_KEY = 'local_update'
+GLOBAL_UPDATE_KEY = 'global_update'
+
+
+def local_drift_constants(broadcast, *, learning_rate, num_steps, alpha):
+  """FedDC's per-client constants: (w - h_i, (g_i - g) / (eta K), alpha).
+
+  The correction's scale 1/(eta K) is 0 when K = 0 (a client without a
+  step never evaluates the penalty).
+
+  Args:
+    broadcast: A mapping with `model_weights` (w), `global_update` (g) and
+      `client_state` holding `drift` (h_i) and `local_update` (g_i), each
+      a list shaped like the trainable weights.
+    learning_rate: The client learning rate eta.
+    num_steps: The client's number of local steps K this round.
+    alpha: The strength of the penalized term, >= 0.
+
+  Returns:
+    A tuple `(target, correction, alpha)`: w - h_i and (g_i - g) / (eta K)
+    as lists in model order, and alpha.
+  """
+  anchor = client_work.model_weights_of(broadcast).trainable
+  state = broadcast[CLIENT_STATE_KEY]
+  target = [w - h for w, h in zip(anchor, state[DRIFT_KEY])]
+  scale = tf.math.divide_no_nan(
+      1.0, tf.cast(learning_rate, tf.float32) *
+      tf.cast(num_steps, tf.float32))
+  correction = [(own - server) * scale for own, server in zip(
+      state[LOCAL_UPDATE_KEY], broadcast[GLOBAL_UPDATE_KEY])]
+  return target, correction, alpha
+
+
+def local_drift_step(weights, constants) -> tf.Tensor:
+  """FedDC's R + G from its constants (see `local_drift_hook`).
+
+  (alpha/2) ||theta - (w - h_i)||^2 is written alpha * l2_loss(...)
+  (l2_loss(x) = ||x||^2 / 2), the same value.
+
+  Args:
+    weights: The trainable variables theta, in model order.
+    constants: `local_drift_constants(...)`.
+
+  Returns:
+    A scalar tensor.
+  """
+  target, correction, alpha = constants
+  return (alpha * tf.add_n(
+      [tf.nn.l2_loss(w - t) for w, t in zip(weights, target)]) +
+          _sum([w * c for w, c in zip(weights, correction)]))
+
+
+def local_drift_hook(alpha: float) -> client_work.PrecomputedHook:
+  """FedDC's penalized and gradient-correction terms (Gao et al.):
+
+      R + G = (alpha/2) ||theta + h_i - w||^2 + (1/(eta K)) <theta, g_i - g>,
+
+  gradient alpha (theta + h_i - w) + (g_i - g) / (eta K), where w is the
+  broadcast model, g the broadcast's `global_update`, h_i and g_i the
+  client's `client_state['drift']` and `client_state['local_update']`,
+  eta the client learning rate and K the client's number of local steps
+  this round (the client work must count them:
+  `client_work.LocalObjective(count_steps=True)`). w - h_i and
+  (g_i - g) / (eta K) are computed once per client
+  (`local_drift_constants`), the sum at every step (`local_drift_step`).
+
+  Args:
+    alpha: The strength of the penalized term, >= 0.
+
+  Returns:
+    A `client_work.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate, num_steps)` it returns R + G, a scalar tensor.
+  """
+  return client_work.PrecomputedHook(
+      functools.partial(local_drift_constants, alpha=alpha),
+      local_drift_step)

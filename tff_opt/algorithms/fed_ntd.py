@@ -1,0 +1,120 @@
+"""FedNTD (Lee et al., "Preservation of the Global Knowledge by Not-True
+Distillation in Federated Learning", NeurIPS 2022).
+
+Client k starts from the broadcast model w_t and minimises, with its client
+optimizer over its local epochs,
+
+    L = CE(z, y) + beta * tau^2 * (1/N) sum_n KL(q~^tau(z_g) || q~^tau(z))
+
+where z_g are the logits of w_t (the teacher, fixed during the round) and
+q~^tau the softmax at temperature tau over the not-true classes only
+(`tff_opt.round.losses.fed_ntd_loss`, where the choices are written down:
+the tau^2 factor of the authors' code, the batch mean). The server averages
+the deltas by example count (the authors' code weighs each client by its
+data size; uniform is an option) and applies its server optimizer, as
+FedOpt does (SGD with learning rate 1 is FedAvg's x_{t+1} = mean of the
+client models). beta = 0 is FedAvg.
+
+Settings of the FedADC paper (Ozfatura et al., Section IV-A4): tau = 1,
+beta = 0.3 (the defaults here), local momentum 0.9 -- the latter is the
+client optimizer's (`client_optimizer_fn`, e.g. SGD with momentum 0.9, its
+state reset each round), not a hyper-parameter of this module. The model's
+predictions must be logits and its loss the cross-entropy on them.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_opt import checks
+from tff_opt.algorithms import recipe as recipe_lib
+from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import losses
+
+DEFAULT_BETA = 0.3  # FedADC paper, Section IV-A4.
+DEFAULT_TEMPERATURE = 1.0  # FedADC paper, Section IV-A4.
+
+
+def fed_ntd_recipe(
+    *,
+    beta: float = DEFAULT_BETA,
+    temperature: float = DEFAULT_TEMPERATURE,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> recipe_lib.RecipeFn:
+  """FedNTD's recipe: FedOpt's round with `losses.build_ntd_loss`.
+
+  `recipe.penalized_fed_opt` (model broadcast, mean delta, server
+  optimizer) without a penalty; its local objective's loss hook is the
+  not-true distillation with the broadcast model as teacher. Arguments as
+  for `build_fed_ntd`.
+
+  Raises:
+    ValueError: If a hyper-parameter is out of range; the message names it.
+  """
+  checks.check_non_negative('beta', beta)
+  checks.check_positive('temperature', temperature)
+  base = functools.partial(
+      recipe_lib.penalized_fed_opt,
+      distributor_fn=tff.learning.templates.build_broadcast_process,
+      penalty=None,
+      server_optimizer_fn=server_optimizer_fn,
+      model_aggregator=model_aggregator)
+  objective = client_work_lib.LocalObjective(
+      loss_fn_builder=losses.build_ntd_loss(beta, temperature))
+
+  def recipe_fn(weights_type):
+    return dataclasses.replace(base(weights_type), objective=objective)
+
+  return recipe_fn
+
+
+def build_fed_ntd(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    beta: float = DEFAULT_BETA,
+    temperature: float = DEFAULT_TEMPERATURE,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None),
+) -> tff.learning.templates.LearningProcess:
+  """Builds a FedNTD `LearningProcess` (see the module docstring).
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` whose predictions are logits.
+    beta: The weight of the not-true distillation term, >= 0 (0 is FedAvg).
+    temperature: tau > 0.
+    client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`
+      (the FedADC paper: SGD with momentum 0.9).
+    server_optimizer_fn: The server's optimizer, applied to the mean delta
+      (SGD with learning rate 1 is FedAvg).
+    client_weighting: `NUM_EXAMPLES` (default, the authors' code) or
+      `UNIFORM`.
+    client_lr_schedule: Optional round number -> client learning rate.
+    model_aggregator: Weighted aggregation factory for the deltas;
+      `tff.aggregators.MeanFactory()` by default.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`; it broadcasts the model
+    alone and receives the delta alone, as FedAvg does.
+
+  Raises:
+    ValueError: If `beta` is negative or `temperature` not positive (or
+      either not a finite number); the message names it.
+    TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
+  """
+  recipe_fn = fed_ntd_recipe(beta=beta, temperature=temperature,
+                             server_optimizer_fn=server_optimizer_fn,
+                             model_aggregator=model_aggregator)
+  return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
+                             client_weighting, client_lr_schedule)
