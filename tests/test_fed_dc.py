@@ -1,17 +1,15 @@
 """FedDC: weights, g, H and client states against NumPy; reductions; resume."""
 
-import os
-import shutil
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests import test_resume_stateful
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_dc
-from tff_opt.program import training_loop
 from tff_opt.round import client_states
 
 ALPHA = 0.3
@@ -309,111 +307,16 @@ def test_zero_step_and_non_finite_clients_keep_their_state(process, clients):
     _assert_close(get(rejected.state), get(output.state), atol=0)
 
 
-# --- Kill and resume (as tests/test_resume_stateful.py) ----------------------
-
-RESUME_CLIENTS = {f'client_{k}': c for k, c in enumerate(
-    tiny.make_clients(num_clients=6, seed=5, sizes=(8, 12, 5, 9, 3, 7)))}
+# --- The drift sum over the training loop -----------------------------------
+# (Kill and resume, bit for bit, is in tests/test_resume_stateful.py.)
 
 
-def _dataset(client_id):
-  x, y = RESUME_CLIENTS[client_id]
-  return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
-
-
-def _train(process, initial_state, output_dir, rounds):
-  return training_loop.run_training(
-      process, client_ids=sorted(RESUME_CLIENTS), client_dataset_fn=_dataset,
-      clients_per_round=3, rounds=rounds, seed=7, output_dir=output_dir,
-      checkpoint_every=2, initial_state=initial_state, log=None)
-
-
-def _leaves(structure):
-  return [np.asarray(x) for x in tf.nest.flatten(structure)]
-
-
-def test_kill_and_resume_equals_the_straight_run(tmp_path):
+def test_the_server_drift_sum_is_every_clients_drift_over_the_loop(tmp_path):
   # 3 of the 6 clients a round: N = 6, the absent clients' h_j in H.
-  process = _build(num_clients=len(RESUME_CLIENTS))
-  initial = _start(process)
-  straight = _train(process, initial, str(tmp_path / 'straight'), rounds=5)
-  interrupted = str(tmp_path / 'interrupted')
-  _train(process, initial, interrupted, rounds=3)
-  shutil.rmtree(os.path.join(interrupted, training_loop.CHECKPOINT_DIR,
-                             'program_state_3'))
-  resumed = _train(process, initial, interrupted, rounds=5)
-  assert resumed.start_round == 2  # From the files on disk.
-  got, want = _leaves(resumed.state), _leaves(straight.state)
-  assert len(got) == len(want)
-  for a, b in zip(got, want):
-    np.testing.assert_array_equal(a, b)
-  assert any(not np.array_equal(a, b)
-             for a, b in zip(want, _leaves(initial)))
-  assert np.abs(_global_update(straight.state)[0]).max() > 1e-4
-  # H (checkpointed with the server state) is the sum of all clients' h_j.
-  assert np.abs(_drift_sum(straight.state)[0]).max() > 1e-4
-  _assert_close(_drift_sum(resumed.state),
-                _sum_of_drifts(resumed.client_states.values()))
-  assert sorted(resumed.client_states) == sorted(straight.client_states)
-  assert straight.client_states
-  for cid, want_state in straight.client_states.items():
-    got_leaves = _leaves(resumed.client_states[cid])
-    want_leaves = _leaves(want_state)
-    assert len(got_leaves) == len(want_leaves)
-    for a, b in zip(got_leaves, want_leaves):
-      np.testing.assert_array_equal(a, b)
-  # A client trained before the checkpoint came back after it, so its
-  # restored h_i and g_i were used in the resumed rounds.
-  sampled = [training_loop.sample_clients(sorted(RESUME_CLIENTS), 3, seed=7,
-                                          round_num=r) for r in range(1, 6)]
-  before = set(sampled[0]) | set(sampled[1])
-  assert before & (set(sampled[2]) | set(sampled[3]) | set(sampled[4]))
-
-
-# --- Validation ---------------------------------------------------------------
-
-
-@pytest.mark.parametrize('alpha', [-0.5, float('nan'), float('inf'), 'big',
-                                   True, None])
-def test_alpha_must_be_a_non_negative_number(alpha):
-  with pytest.raises(ValueError) as e:
-    _build(alpha=alpha)
-  shown = repr(alpha) if isinstance(alpha, str) else str(alpha)
-  assert str(e.value) == f'alpha must be a non-negative number, got {shown}.'
-
-
-@pytest.mark.parametrize('num_clients', [0, -3, 2.0, '4', True, None])
-def test_num_clients_must_be_a_positive_integer(num_clients):
-  with pytest.raises(ValueError) as e:
-    _build(num_clients=num_clients)
-  assert str(e.value) == (
-      'num_clients must be a positive integer (the number of clients in the '
-      f'population), got {num_clients!r}.')
-
-
-def test_num_clients_is_required():
-  with pytest.raises(TypeError, match='num_clients'):
-    fed_dc.build_fed_dc(tiny.model_fn, alpha=ALPHA,
-                        client_optimizer_fn=_sgd(CLIENT_LR),
-                        server_optimizer_fn=_sgd(1.0))
-
-
-def test_recipe_checks_alpha_and_num_clients_before_any_model():
-  with pytest.raises(ValueError, match=r'^alpha must be a non-negative'):
-    fed_dc.fed_dc_recipe(alpha=-1.0, num_clients=NUM_CLIENTS,
-                         server_optimizer_fn=_sgd(1.0))
-  with pytest.raises(ValueError, match=r'^num_clients must be a positive'):
-    fed_dc.fed_dc_recipe(alpha=ALPHA, num_clients=0,
-                         server_optimizer_fn=_sgd(1.0))
-
-
-@pytest.mark.parametrize('name', ['client_optimizer_fn',
-                                  'server_optimizer_fn'])
-def test_optimizers_must_be_tff_optimizers(name):
-  with pytest.raises(TypeError, match=(
-      rf'^{name} must be a tff.learning.optimizers.Optimizer, got str\.$')):
-    _build(**{name: 'sgd'})
-
-
-def test_client_weighting_must_be_a_client_weighting():
-  with pytest.raises(TypeError, match=r'^client_weighting must be a '):
-    _build(client_weighting='uniform')
+  process = _build(num_clients=len(test_resume_stateful.CLIENTS))
+  result = test_resume_stateful.train(process, _start(process),
+                                      str(tmp_path / 'run'), rounds=5)
+  assert np.abs(_global_update(result.state)[0]).max() > 1e-4
+  assert np.abs(_drift_sum(result.state)[0]).max() > 1e-4
+  _assert_close(_drift_sum(result.state),
+                _sum_of_drifts(result.client_states.values()))

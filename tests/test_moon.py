@@ -5,8 +5,6 @@ The model is small enough to differentiate by hand: 4 features -> the
 'projection' dense layer (z, 5 wide, no activation) -> dense 3 logits.
 """
 
-import os
-import shutil
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ import tensorflow_federated as tff
 from tests import tiny
 from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import moon
-from tff_opt.program import training_loop
 
 PROJECTION_DIM = 5
 CLIENT_LR = 0.1
@@ -238,57 +235,6 @@ def test_mu_zero_equals_fed_avg(moon_mu_zero):
                                             LOCAL_STEPS)).state
   for a, b in zip(got, _trainable(fed_opt_process, fed_state)):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-
-
-# --- Kill and resume (as tests/test_resume_stateful.py) ---------------------
-
-CLIENTS = {f'client_{k}': c for k, c in enumerate(
-    tiny.make_clients(num_clients=6, seed=5, sizes=(8, 12, 5, 9, 3, 7)))}
-
-
-def _dataset(client_id):
-  x, y = CLIENTS[client_id]
-  return tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
-
-
-def _train(process, initial_state, output_dir, rounds):
-  return training_loop.run_training(
-      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
-      clients_per_round=3, rounds=rounds, seed=7, output_dir=output_dir,
-      checkpoint_every=2, initial_state=initial_state, log=None)
-
-
-def _leaves(structure):
-  return [np.asarray(x) for x in tf.nest.flatten(structure)]
-
-
-def test_kill_and_resume_equals_the_straight_run(moon_process, tmp_path):
-  initial = moon_process.initialize()
-  straight = _train(moon_process, initial, str(tmp_path / 'straight'),
-                    rounds=5)
-  interrupted = str(tmp_path / 'interrupted')
-  _train(moon_process, initial, interrupted, rounds=3)
-  shutil.rmtree(os.path.join(interrupted, training_loop.CHECKPOINT_DIR,
-                             'program_state_3'))
-  resumed = _train(moon_process, initial, interrupted, rounds=5)
-  assert resumed.start_round == 2  # From the files on disk.
-  got, want = _leaves(resumed.state), _leaves(straight.state)
-  assert len(got) == len(want)
-  for a, b in zip(got, want):
-    np.testing.assert_array_equal(a, b)
-  assert any(not np.array_equal(a, b)
-             for a, b in zip(want, _leaves(initial)))
-  assert sorted(resumed.client_states) == sorted(straight.client_states)
-  # 5 rounds of 3 of 6 clients: some client came back with a real previous
-  # model.
-  assert len(straight.client_states) < 15
-  for cid, want_state in straight.client_states.items():
-    assert bool(want_state['initialized'])
-    got_leaves = _leaves(resumed.client_states[cid])
-    want_leaves = _leaves(want_state)
-    assert len(got_leaves) == len(want_leaves)
-    for a, b in zip(got_leaves, want_leaves):
-      np.testing.assert_array_equal(a, b)
 
 
 # --- Argument checks ---------------------------------------------------------

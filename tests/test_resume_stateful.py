@@ -20,6 +20,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import test_fed_bn
+from tests import test_moon
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.program import training_loop
@@ -59,6 +60,14 @@ BUILDERS = {
     'fedptr_s': lambda: algorithms.build_fed_ptr(
         tiny.model_fn, mu=0.1, client_optimizer_fn=_sgd(0.1),
         server_optimizer_fn=_sgd(1.0), **_MTT),
+    'moon': lambda: algorithms.build_moon(
+        test_moon.model_fn, mu=1.0, client_optimizer_fn=_sgd(0.1),
+        server_optimizer_fn=_sgd(1.0)),
+    # 3 of 6 clients a round: the absent clients' drifts are in the
+    # server's drift sum, which must resume with them.
+    'feddc': lambda: algorithms.build_fed_dc(
+        tiny.model_fn, alpha=0.1, num_clients=len(CLIENTS),
+        client_optimizer_fn=_sgd(0.1), server_optimizer_fn=_sgd(1.0)),
     'fedptr_client': lambda: algorithms.build_fed_ptr(
         tiny.model_fn, mu=0.1, client_optimizer_fn=_sgd(0.1),
         server_optimizer_fn=_sgd(1.0), side='client', mtt_image_lr=0.1,
@@ -66,7 +75,7 @@ BUILDERS = {
 }
 
 
-def _train(process, initial_state, output_dir, rounds):
+def train(process, initial_state, output_dir, rounds):
   return training_loop.run_training(
       process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
       clients_per_round=3, rounds=rounds, seed=7, output_dir=output_dir,
@@ -81,12 +90,12 @@ def _leaves(structure):
 def test_kill_and_resume_equals_the_straight_run(name, tmp_path):
   process = BUILDERS[name]()
   initial = process.initialize()
-  straight = _train(process, initial, str(tmp_path / 'straight'), rounds=5)
+  straight = train(process, initial, str(tmp_path / 'straight'), rounds=5)
   interrupted = str(tmp_path / 'interrupted')
-  _train(process, initial, interrupted, rounds=3)
+  train(process, initial, interrupted, rounds=3)
   shutil.rmtree(os.path.join(interrupted, training_loop.CHECKPOINT_DIR,
                              'program_state_3'))
-  resumed = _train(process, initial, interrupted, rounds=5)
+  resumed = train(process, initial, interrupted, rounds=5)
   assert resumed.start_round == 2  # From the files on disk.
   got, want = _leaves(resumed.state), _leaves(straight.state)
   assert len(got) == len(want)

@@ -22,7 +22,6 @@ state reset each round), not a hyper-parameter of this module. The model's
 predictions must be logits and its loss the cross-entropy on them.
 """
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Optional
@@ -59,19 +58,13 @@ def fed_ntd_recipe(
   """
   checks.check_non_negative('beta', beta)
   checks.check_positive('temperature', temperature)
-  base = functools.partial(
+  return functools.partial(
       recipe_lib.penalized_fed_opt,
       distributor_fn=tff.learning.templates.build_broadcast_process,
-      penalty=None,
+      objective=client_work_lib.LocalObjective(
+          loss_fn_builder=losses.build_ntd_loss(beta, temperature)),
       server_optimizer_fn=server_optimizer_fn,
       model_aggregator=model_aggregator)
-  objective = client_work_lib.LocalObjective(
-      loss_fn_builder=losses.build_ntd_loss(beta, temperature))
-
-  def recipe_fn(weights_type):
-    return dataclasses.replace(base(weights_type), objective=objective)
-
-  return recipe_fn
 
 
 def build_fed_ntd(

@@ -24,7 +24,6 @@ Settings of the FedADC paper (Ozfatura et al., Section IV-A1): alpha = 0.5
 experiments only. The model's predictions must be logits.
 """
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, Optional
@@ -79,21 +78,15 @@ def fed_rs_recipe(
   """
   check_alpha(alpha)
   checks.check_int('num_classes', num_classes, minimum=2)
-  base = functools.partial(
+  return functools.partial(
       recipe_lib.penalized_fed_opt,
       distributor_fn=tff.learning.templates.build_broadcast_process,
-      penalty=None,
+      objective=client_work_lib.LocalObjective(
+          loss_fn_builder=losses.build_restricted_softmax_loss(alpha),
+          client_stats_fn=functools.partial(losses.label_proportions,
+                                            num_classes=num_classes)),
       server_optimizer_fn=server_optimizer_fn,
       model_aggregator=model_aggregator)
-  objective = client_work_lib.LocalObjective(
-      loss_fn_builder=losses.build_restricted_softmax_loss(alpha),
-      client_stats_fn=functools.partial(losses.label_proportions,
-                                        num_classes=num_classes))
-
-  def recipe_fn(weights_type):
-    return dataclasses.replace(base(weights_type), objective=objective)
-
-  return recipe_fn
 
 
 def build_fed_rs(

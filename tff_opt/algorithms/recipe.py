@@ -296,26 +296,32 @@ def penalized_fed_opt(
     *,
     distributor_fn: Callable[[tff.Type],
                              tff.learning.templates.DistributionProcess],
-    penalty: Optional[client_work_lib.Penalty],
+    penalty: Optional[client_work_lib.Penalty] = None,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[
         tff.aggregators.WeightedAggregationFactory] = None,
     passes: client_work_lib.ClientPasses = client_work_lib.ClientPasses(),
+    objective: Optional[client_work_lib.LocalObjective] = None,
 ) -> Recipe:
-  """The FedOpt round with an algorithm's own broadcast and local penalty.
+  """The FedOpt round with an algorithm's own broadcast and local objective.
 
-  FedOpt, FedProx, FedFOR and FedPTR differ only in what the server
-  broadcasts (`distributor_fn(weights_type)`) and in the penalty the clients
-  add to their loss (client-side FedPTR also runs passes before and after
-  local training, `passes`); the client training, the weighted mean of the
-  deltas (`model_aggregator`, `tff.aggregators.MeanFactory()` by default)
-  and the server optimizer step (which rejects a non-finite round) are the
-  same.
+  FedOpt, FedProx, FedFOR, FedPTR, FedNTD and FedRS differ only in what the
+  server broadcasts (`distributor_fn(weights_type)`) and in what the
+  clients minimise: a penalty added to their loss (`penalty`), or a whole
+  `objective` (FedNTD's and FedRS's loss hooks); client-side FedPTR also
+  runs passes before and after local training (`passes`). The client
+  training, the weighted mean of the deltas (`model_aggregator`,
+  `tff.aggregators.MeanFactory()` by default) and the server optimizer
+  step (which rejects a non-finite round) are the same.
 
   Raises:
     TypeError: If `server_optimizer_fn` is not a
       `tff.learning.optimizers.Optimizer`.
+    ValueError: If both `penalty` and `objective` are given.
   """
+  if penalty is not None and objective is not None:
+    raise ValueError('Give a penalty or an objective, not both (an '
+                     'objective holds its own penalty).')
   _common.check_server_optimizer(server_optimizer_fn)
   distributor = distributor_fn(weights_type)
   return Recipe(
@@ -324,5 +330,6 @@ def penalized_fed_opt(
       aggregator_fn=(model_aggregator or tff.aggregators.MeanFactory()).create,
       finalizer_fn=lambda _: (
           finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
-      objective=client_work_lib.LocalObjective(penalty=penalty),
+      objective=(objective if objective is not None else
+                 client_work_lib.LocalObjective(penalty=penalty)),
       passes=passes)
