@@ -8,6 +8,7 @@ pin what that changes and what it keeps from TFF's lazily started worker.
 import gc
 import os
 import stat
+import sys
 import time
 
 import psutil
@@ -102,3 +103,41 @@ def test_a_worker_that_exits_while_starting_is_an_error(tmp_path,
   assert ') exited with status 3 before it answered on port ' in message
   assert message.endswith("; its own messages, if any, are above on "
                           'stderr.')
+
+
+def test_a_worker_that_never_answers_times_out_and_is_stopped(tmp_path,
+                                                              monkeypatch):
+  fake = tmp_path / 'worker_binary'
+  fake.write_text('#!/bin/sh\nexec sleep 60\n')
+  fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+  monkeypatch.setattr(runtime, 'WORKER_BINARY', str(fake))
+  monkeypatch.setattr(runtime, 'WORKER_START_TIMEOUT', 0.5)
+  context = runtime.create_local_execution_context()
+  started = time.monotonic()
+  with tff.framework.get_context_stack().install(context):
+    with pytest.raises(RuntimeError) as e:
+      _add_one(1)
+  assert time.monotonic() - started < 30  # Not TFF's own minutes.
+  message = str(e.value)
+  assert message.startswith("TFF's worker_binary (pid ")
+  assert message.endswith(' within 0.5 s; it was stopped.')
+  pid = int(message.split('(pid ')[1].split(')')[0])
+  assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == (
+      psutil.STATUS_ZOMBIE)
+
+
+def test_worker_streams_fall_back_to_the_process_streams_when_captured(
+    capsys):
+  # Under capsys, sys.stdout/sys.stderr are in-memory: no file descriptor
+  # for a child process, so the worker gets the original streams.
+  del capsys
+  out, err = runtime._worker_streams()  # pylint: disable=protected-access
+  assert out is sys.__stdout__ and err is sys.__stderr__
+
+
+def test_worker_streams_are_this_process_streams_when_they_are_files(
+    tmp_path, monkeypatch):
+  with open(tmp_path / 'out', 'w') as out, open(tmp_path / 'err', 'w') as err:
+    monkeypatch.setattr(sys, 'stdout', out)
+    monkeypatch.setattr(sys, 'stderr', err)
+    assert runtime._worker_streams() == [out, err]  # pylint: disable=protected-access

@@ -238,9 +238,14 @@ class _LocalWorker:
           break
       except OSError:
         if time.monotonic() > deadline:
+          # A worker that never answered is of no use: stopped, not left
+          # behind (the next computation starts a new one).
+          process.kill()
+          process.wait()
           raise RuntimeError(
               f'TFF\'s worker_binary (pid {process.pid}) did not answer on '
-              f'port {self._port} within {WORKER_START_TIMEOUT:g} s.'
+              f'port {self._port} within {WORKER_START_TIMEOUT:g} s; it was '
+              'stopped.'
           ) from None
         time.sleep(WORKER_POLL_SECONDS)
     channel = grpc.insecure_channel(f'localhost:{self._port}',
