@@ -110,6 +110,51 @@ def test_malformed_file_is_named(tmp_path):
                               'then the label), got 700.')
 
 
+def _write_rows(path, rows):
+  with gzip.open(path, 'wt') as f:
+    np.savetxt(f, np.asarray(rows), fmt='%d', delimiter=',')
+
+
+def _row(label=0, pixel=0):
+  return [pixel] * 784 + [label]
+
+
+def test_a_file_that_is_not_a_gzipped_csv_is_named(tmp_path):
+  path = str(tmp_path / mnist5k.FILENAME)
+  with open(path, 'w') as f:
+    f.write('1,2,3\n')  # Not gzipped.
+  with pytest.raises(ValueError) as error:
+    mnist5k.read_csv(path)
+  assert str(error.value).startswith(
+      f'{path}: not a gzipped CSV of integers (')
+
+
+@pytest.mark.parametrize('row, message', [
+    (_row(pixel=256), 'pixel values must be in 0..255.'),
+    (_row(pixel=-1), 'pixel values must be in 0..255.'),
+    (_row(label=10), 'labels must be in 0..9.'),
+    (_row(label=-1), 'labels must be in 0..9.'),
+])
+def test_pixels_and_labels_out_of_range_are_named(tmp_path, row, message):
+  path = str(tmp_path / mnist5k.FILENAME)
+  _write_rows(path, [_row(), row])
+  with pytest.raises(ValueError) as error:
+    mnist5k.read_csv(path)
+  assert str(error.value) == f'{path}: {message}'
+
+
+def test_a_class_too_small_for_the_test_split_is_named():
+  labels = np.repeat(np.arange(10), 101)
+  labels = labels[labels != 3]
+  labels = np.concatenate([labels, [3] * 100])
+  with pytest.raises(ValueError) as error:
+    mnist5k.split(labels)
+  assert str(error.value) == (
+      'class 3 has 100 examples; the split needs more than 100.')
+  train, test = mnist5k.split(np.repeat(np.arange(10), 101))
+  assert len(train) == 10 and len(test) == 1000
+
+
 def test_task_partitions_the_training_images(data_dir):
   task = tasks.create_task('mnist5k', train_client_spec=SPEC,
                            data_dir=data_dir, partition='sort',
