@@ -113,8 +113,9 @@ def test_cifar_options_are_validated_before_the_data_are_read(tmp_path):
        'partition must be one of dirichlet, dirichlet_class, sort, fedcurv, '
        "pachinko, domains, long_tail, got 'tff'."),
       ('cifar10', {'model': 'alexnet_bn'},
-       'model must be one of fedadc_cnn, fedbn_cnn, mtt_convnet, '
-       'resnet18_gn, resnet20, resnet20_gn for task \'cifar10\', got '
+       'model must be one of fedadc_cnn, fedadc_cnn_proj, fedbn_cnn, '
+       'mtt_convnet, resnet18_gn, resnet18_gn_proj, resnet20, resnet20_gn '
+       'for task \'cifar10\', got '
        "'alexnet_bn'."),
       ('cifar100', {'concept_shift': 0.05},
        'concept_shift needs a re-partition of cifar100 (option partition '

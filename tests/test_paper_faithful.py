@@ -34,6 +34,11 @@ PAPER_WEIGHTING = [
     ('fedfor', 'uniform'),          # Tian et al. Algorithm 1.
     ('fedcurv', 'uniform'),         # Shoham et al.: plain mean of models.
     ('feddyn', 'uniform'),          # Acar et al. Algorithm 1: 1/|P| sum.
+    ('fedntd', 'num_examples'),     # Its authors' server: by data size.
+    ('fedrs', 'num_examples'),      # FedRepo: by client counts.
+    ('fedgkd', 'uniform'),          # Its authors' plain mean of models.
+    ('moon', 'num_examples'),       # Li et al. Algorithm 1 (FedAvg's).
+    ('feddc', 'uniform'),           # Gao et al.: plain means.
 ]
 
 
@@ -48,6 +53,8 @@ def test_client_weighting_defaults_to_the_papers(algorithm, weighting):
     argv.append('--mu=0.01')
   if algorithm == 'fedcurv':
     argv.append('--lam=0.1')
+  if algorithm == 'moon':
+    argv.append('--moon_mu=1')
   assert _hparams(*argv)['client_weighting'] == weighting
   other = 'uniform' if weighting == 'num_examples' else 'num_examples'
   assert _hparams(*argv, f'--client_weighting={other}')[

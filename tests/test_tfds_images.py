@@ -167,8 +167,9 @@ def test_missing_tfds_data_names_dataset_dir_and_remedy(tmp_path):
 
 @pytest.mark.parametrize('options, message', [
     ({'model': 'alexnet_bn'},
-     "model must be one of fedadc_cnn, fedbn_cnn, fedcurv_cnn, mnist_2nn, "
-     "mtt_convnet, resnet20, resnet20_gn, small_cnn for task 'mnist', got "
+     "model must be one of fedadc_cnn, fedadc_cnn_proj, fedbn_cnn, "
+     "fedcurv_cnn, fedcurv_cnn_proj, mnist_2nn, mnist_2nn_proj, mtt_convnet, "
+     "resnet20, resnet20_gn, small_cnn, small_cnn_proj for task 'mnist', got "
      "'alexnet_bn'."),
     ({'partition': 'bogus'},
      'partition must be one of dirichlet, dirichlet_class, sort, fedcurv, '
