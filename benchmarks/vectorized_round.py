@@ -3,6 +3,8 @@ r"""Characters per second: Shakespeare clients one at a time or in groups.
     .venv/bin/python -m benchmarks.vectorized_round --data_dir=data
     .venv/bin/python -m benchmarks.vectorized_round --data_dir=data \
         --group_sizes=2,5,10 --rounds=3 --warmup=1
+    .venv/bin/python -m benchmarks.vectorized_round --data_dir=data \
+        --algorithm=fedprox --group_sizes=10 --by_steps
     .venv/bin/python -m benchmarks.vectorized_round --quick     # smoke run
 
 The workload is `round_time`'s Shakespeare one (`round_time.Workload`): the
@@ -14,16 +16,21 @@ batch 4, one epoch. The clients' batches are read once and frozen (the same
 batches in the same order every round, for every path), so that every path
 trains on the same data and the first round's results can be compared.
 
-Paths, each a FedOpt process (client SGD at `round_time.CLIENT_LR`, server
-SGD at 1, clients weighted by their examples) under TFF's local C++
-context with `--max_concurrent_clients` client computations at once:
+Paths, each a process of `--algorithm` (FedOpt by default; client SGD at
+`round_time.CLIENT_LR`, server SGD at 1, the algorithm's registry
+weighting; the others' hyper-parameters in `ALGORITHM_FLAGS`) under TFF's
+local C++ context with `--max_concurrent_clients` client computations at
+once:
 
-  per-client  `tff_opt.algorithms.build_fed_opt`: one TFF client
+  per-client  `registry.build_process` (for FedOpt
+              `tff_opt.algorithms.build_fed_opt`): one TFF client
               computation per client, Keras' LSTM;
-  K=k         `tff_opt.algorithms.vectorized.build_vectorized_fed_opt` with
-              `group_size=k`: the clients in groups of at most k
+  K=k         `tff_opt.algorithms.vectorized.vectorize` of that process
+              with `group_size=k`: the clients in groups of at most k
               (`stacked_training.group_sizes`), each group one computation
-              over stacked weights (`tasks/shakespeare_functional.py`).
+              over stacked weights (`tasks/shakespeare_functional.py`);
+  K=k,steps   the same with `by_steps=True` (`--by_steps`): the clients
+              ordered by their numbers of batches before they are grouped.
 
 After one warm-up round each (`--warmup`), the paths take their timed
 rounds in turns (a, b, c, a, b, c, ...), so a change of the machine's load
@@ -59,6 +66,7 @@ from benchmarks import round_time  # pylint: disable=g-import-not-at-top
 from tasks import shakespeare_functional  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
 from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
+from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
 PER_CLIENT = 'per-client'
@@ -90,19 +98,47 @@ def worker_peak_mb() -> float:
   return peak / 1024
 
 
-def build_processes(workload, group_sizes, *, unroll: bool):
-  """{path name: FedOpt process} for the per-client and grouped paths."""
+# Hyper-parameters of the other algorithms (their values do not change the
+# work a round does).
+ALGORITHM_FLAGS = {
+    'fedopt': {},
+    'fedprox': {'mu': 0.01},
+    'fedfor': {'alpha': 0.5},
+    'fedcurv': {'lam': 0.01, 'fedcurv_exact': 'off'},
+    'fedadc': {'beta': 0.9, 'fedadc_variant': 'heavy_ball',
+               'local_momentum': 0.0},
+    'fedadc_nesterov': {'beta': 0.9, 'fedadc_variant': 'nesterov',
+                        'local_momentum': 0.0},
+    'slowmo': {'beta': 0.9},
+}
+
+
+def build_processes(workload, group_sizes, *, unroll: bool,
+                    algorithm: str = 'fedopt', by_steps: bool = False):
+  """{path name: process} for the per-client and grouped paths."""
   common_args = dict(
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(
           round_time.CLIENT_LR),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
-  processes = {PER_CLIENT: algorithms.build_fed_opt(workload.model_fn,
-                                                    **common_args)}
+  if algorithm == 'fedopt':
+    per_client = algorithms.build_fed_opt(workload.model_fn, **common_args)
+  else:
+    name = 'fedadc' if algorithm == 'fedadc_nesterov' else algorithm
+    weighting = registry.ALGORITHMS[name].client_weighting
+    per_client = registry.build_process(
+        name, workload.model_fn, **common_args,
+        client_weighting=getattr(tff.learning.ClientWeighting,
+                                 weighting.upper()),
+        client_lr_schedule=None, num_clients=len(workload.datasets),
+        client_epochs=1, **ALGORITHM_FLAGS[algorithm])
   stacked = shakespeare_functional.stacked_model_for(workload.model_fn,
                                                      unroll=unroll)
+  processes = {PER_CLIENT: per_client}
   for k in group_sizes:
-    processes[f'K={k}'] = vectorized.build_vectorized_fed_opt(
-        workload.model_fn, stacked, group_size=k, **common_args)
+    for steps in ([False, True] if by_steps else [False]):
+      processes[f'K={k}' + (',steps' if steps else '')] = (
+          vectorized.vectorize(per_client, stacked, group_size=k,
+                               by_steps=steps))
   return processes
 
 
@@ -142,6 +178,12 @@ def _parse_args(argv):
   parser.add_argument('--lstm_units', type=int, default=None)
   parser.add_argument('--unroll', action='store_true',
                       help='unrolled recurrence instead of tf.scan')
+  parser.add_argument('--algorithm', default='fedopt',
+                      choices=sorted(ALGORITHM_FLAGS),
+                      help='the algorithm of every path (default fedopt)')
+  parser.add_argument('--by_steps', action='store_true',
+                      help='also each K with the clients grouped by their '
+                      'numbers of batches')
   parser.add_argument('--no_check', action='store_true',
                       help='skip the equality check')
   parser.add_argument('--quick', action='store_true',
@@ -167,7 +209,9 @@ def main(argv=None):
       seed=args.seed, lstm_layers=args.lstm_layers,
       lstm_units=args.lstm_units)
   datasets = [frozen(d) for d in workload.datasets]
-  print(f'vectorized_round: {workload.describe} ({workload.examples} '
+  print(f'vectorized_round: {args.algorithm} '
+        f'{ALGORITHM_FLAGS[args.algorithm] or ""}; '
+        f'{workload.describe} ({workload.examples} '
         f'sequences, {workload.steps} local steps per round); client SGD lr '
         f'{round_time.CLIENT_LR}, server SGD lr 1; group sizes '
         f'{args.group_sizes}; recurrence '
@@ -176,7 +220,9 @@ def main(argv=None):
         f'median of {args.rounds} rounds after {args.warmup} warm-up, taken '
         f'in turns; {common.load_average()}', flush=True)
   initial = common.initial_weights(workload.model_fn, 0)
-  processes = build_processes(workload, args.group_sizes, unroll=args.unroll)
+  processes = build_processes(workload, args.group_sizes, unroll=args.unroll,
+                              algorithm=args.algorithm,
+                              by_steps=args.by_steps)
   runtime.set_local_execution_context(args.max_concurrent_clients or None)
   try:
     if not args.no_check:

@@ -24,6 +24,7 @@ so is a directory another `binaries.train` is writing (`.lock`).
 import ast
 import datetime
 import difflib
+import importlib
 import json
 import os
 import re
@@ -262,8 +263,10 @@ flags.DEFINE_integer('client_vectorization', 0, 'Train the round\'s clients '
                      'in groups of at most K as one TensorFlow computation '
                      'each (stacked weights; tff_opt/algorithms/'
                      'vectorized.py); 0 = one client at a time. Only '
-                     '--task=shakespeare --algorithm=fedopt with '
-                     '--client_opt=sgd or sgdm.', lower_bound=0)
+                     '--task=shakespeare; algorithms fedopt, fedprox, '
+                     'fedfor, fedcurv (--fedcurv_exact=off), fedadc '
+                     '(Algorithm 3), slowmo; --client_opt=sgd or sgdm.',
+                     lower_bound=0)
 
 # --- Where the rounds run: TFF workers on other hosts, GPUs -----------------
 flags.DEFINE_string('workers', None, 'Run the rounds on these TFF workers, '
@@ -729,7 +732,7 @@ def run(hparams: dict) -> None:
     raise UsageError(str(e)) from e
   _check_workers_can_run(hparams, process)
   if hparams.get('client_vectorization'):
-    process = _vectorized_process(hparams, task, shared)
+    process = _vectorized_process(hparams, task, process)
 
   record_resumed_hparams = None
   if not resuming:
@@ -942,30 +945,44 @@ def _resolve_workers() -> str | None:
   return ','.join(f'{host}:{port}' for host, port in workers)
 
 
-def _vectorized_process(hparams: dict, task, shared: dict):
-  """`--client_vectorization=K`: FedOpt with clients trained in groups of K.
+# The tasks whose model has a stacked form (`stacked_training.StackedModel`),
+# by task name: the module whose `stacked_model_for(model_fn)` builds it.
+_STACKED_MODELS = {'shakespeare': 'tasks.shakespeare_functional'}
 
-  The process's state is FedOpt's own, so a run resumes across the flag.
+
+def _vectorized_process(hparams: dict, task, process):
+  """`--client_vectorization=K`: `process` with clients trained in groups.
+
+  The algorithm is the one `process` runs (`vectorized.vectorize` rebuilds
+  it from its own arguments); its state is the same, so a run resumes
+  across the flag.
 
   Raises:
-    UsageError: If the task or algorithm has no vectorized client path, or
-      the client optimizer keeps state shared across steps (Adam).
+    UsageError: If the task's model has no stacked form, or the algorithm
+      has a part the stacked client work cannot run (client state, a loss
+      hook, a client optimizer with shared state).
   """
-  from tasks import shakespeare_functional  # pylint: disable=g-import-not-at-top
   from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
   k = hparams['client_vectorization']
-  if (hparams['task'] != 'shakespeare' or hparams['algorithm'] != 'fedopt'
-      or hparams.get('fedbn')):
+  if hparams['task'] not in _STACKED_MODELS:
     raise UsageError(
-        f'--client_vectorization={k}: only --task=shakespeare '
-        '--algorithm=fedopt (without --fedbn) has a vectorized client path; '
-        'drop the flag (or set it to 0).')
+        f'--client_vectorization={k}: --task={hparams["task"]} has no '
+        'stacked model (only ' + ', '.join(
+            f'--task={t}' for t in _STACKED_MODELS) + ' has one); drop the '
+        'flag (or set it to 0).')
+  stacked_model_for = importlib.import_module(
+      _STACKED_MODELS[hparams['task']]).stacked_model_for
   try:
-    return vectorized.build_vectorized_fed_opt(
-        task.model_fn, shakespeare_functional.stacked_model_for(task.model_fn),
-        group_size=k, **shared)
+    return vectorized.vectorize(process, stacked_model_for(task.model_fn),
+                                group_size=k)
   except ValueError as e:
-    raise UsageError(f'--client_vectorization={k}: {e}') from e
+    line = str(e)
+    if hparams['algorithm'] == 'fedcurv' and 'client state' in line:
+      line = (line.rstrip('.') + ' (FedCurv\'s Eq. 3 keeps each client\'s '
+              'last Fisher terms; --fedcurv_exact=off runs its stateless '
+              'variant).')
+    raise UsageError(f'--client_vectorization={k}: '
+                     f'--algorithm={hparams["algorithm"]}: {line}') from e
 
 
 def _check_workers_can_run(hparams: dict, process) -> None:

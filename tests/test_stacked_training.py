@@ -9,6 +9,15 @@ and the same TFF optimizer (SGD, SGD with momentum). Deltas, examples,
 steps and metrics must agree (deltas to 1e-5 of their largest entry).
 The client work's round (groups as TFF clients, against the per-client
 client work) is checked in `tests/test_vectorized.py`.
+
+An objective runs per client: a penalty that is not a sum of coordinate-wise
+terms (so that evaluating it once on the stacked weights would be wrong),
+with per-client constants from each client's number of batches, and FedADC's
+Nesterov look-ahead, against the same loop with the penalty added to each
+client's loss. FedCurv's stacked Fisher (`per_example_fisher`) equals
+`fed_curv.empirical_fisher_diagonal` on the TFF model, per client, with and
+without a limit on the examples. `group_datasets(by_steps=True)` groups
+clients by their numbers of batches.
 """
 
 import collections
@@ -20,6 +29,9 @@ import tensorflow_federated as tff
 
 from tasks import shakespeare_functional
 from tests import test_shakespeare_functional as functional_test
+from tff_opt.algorithms import fed_curv
+from tff_opt.round import client_work
+from tff_opt.round import momentum
 from tff_opt.round import stacked_training
 
 SIZES = (9, 5, 0, 4)
@@ -38,25 +50,41 @@ def client_datasets(sizes=SIZES, seed=0, batch=4):
   return datasets
 
 
-def reference(model, optimizer, start, dataset):
-  """One client alone: (delta, examples, steps, unfinalized metrics)."""
+def reference(model, optimizer, start, dataset, objective=None,
+              broadcast=None):
+  """One client alone: (delta, examples, steps, unfinalized metrics).
+
+  With an `objective`, its penalty is added to the loss and its look-ahead
+  shifts the weights the gradient is taken at, as `client_work` does.
+  """
   model.reset_metrics()
   for variable, value in zip(model.trainable_variables, start):
     variable.assign(value)
   weights = tuple(v.read_value() for v in model.trainable_variables)
   state = optimizer.initialize(
       tuple(tf.TensorSpec(w.shape, w.dtype) for w in weights))
+  kwargs = {'learning_rate': LR}
+  if objective is not None and objective.count_steps:
+    kwargs['num_steps'] = tf.constant(len(list(dataset)), tf.int32)
   examples = steps = 0
   for batch in dataset:
+    if objective is not None and objective.look_ahead is not None:
+      offsets = objective.look_ahead(list(weights), broadcast, **kwargs)
+      for variable, w, o in zip(model.trainable_variables, weights, offsets):
+        variable.assign(w + o)
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch, training=True)
-    grads = tape.gradient(output.loss, model.trainable_variables)
+      loss = output.loss
+      if objective is not None and objective.penalty is not None:
+        loss += objective.penalty(model.trainable_variables, broadcast,
+                                  **kwargs)
+    grads = tape.gradient(loss, model.trainable_variables)
     state, weights = optimizer.next(state, weights, tuple(grads))
     for variable, value in zip(model.trainable_variables, weights):
       variable.assign(value)
     examples += int(output.num_examples)
     steps += 1
-  delta = [s - w.numpy() for s, w in zip(start, weights)]
+  delta = [s - np.asarray(w) for s, w in zip(start, weights)]
   return delta, examples, steps, model.report_local_unfinalized_metrics()
 
 
@@ -139,21 +167,155 @@ def test_optimizer_with_shared_state_is_refused():
         tff.learning.optimizers.build_adam(0.1), specs)
 
 
-def test_a_group_of_empty_clients_takes_no_step(model):
+@pytest.mark.parametrize('hooks', [False, True], ids=['plain', 'hooks'])
+def test_a_group_of_empty_clients_takes_no_step(model, hooks):
+  """Also with a penalty, a look-ahead and FedCurv's Fisher report."""
   optimizer = tff.learning.optimizers.build_sgdm(LR, momentum=0.9)
   start = functional_test.random_weights(model, np.random.default_rng(2))
   stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
       [w.shape for w in start])
   (group,) = stacked_training.group_datasets(client_datasets(sizes=(0, 0)),
                                              group_size=2)
+  kwargs, args = {}, ()
+  if hooks:
+    kwargs = dict(objective=_entangled_objective(), report_fn=_fisher_report)
+    args = (_broadcast(start, np.random.default_rng(3)),)
   train = stacked_training.build_local_training_fn(
       stacked_model, optimizer, stacked_training.stats_dtypes_of(
           stacked_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
-          functional_test.INPUT_SPEC))
+          functional_test.INPUT_SPEC), **kwargs)
   hparams = optimizer.get_hparams(optimizer.initialize(
       tuple(tf.TensorSpec(w.shape, w.dtype) for w in start)))
-  result = train(hparams, [np.stack([w] * 2) for w in start], group)
+  result = train(hparams, [np.stack([w] * 2) for w in start], group, *args)
   assert result['num_examples'].numpy().tolist() == [0, 0]
   assert result['num_steps'].numpy().tolist() == [0, 0]
   assert all(float(np.abs(d).max()) == 0.0 for d in result['delta'])
   assert all(float(np.abs(v).max()) == 0 for v in result['stats'].values())
+  if hooks:
+    assert all(float(np.abs(f).max()) == 0.0
+               for f in result['extras']['fisher'])
+
+
+# --- The objective per client ------------------------------------------------
+
+
+def _entangled_constants(broadcast, *, learning_rate, num_steps):
+  """Per-client constants: the momentum over the client's batches."""
+  del learning_rate
+  scale = 1.0 / tf.maximum(tf.cast(num_steps, tf.float32), 1.0)
+  anchor = client_work.model_weights_of(broadcast).trainable
+  return list(anchor), [scale * m for m in broadcast['momentum']], 0.7
+
+
+def _entangled_step(weights, constants):
+  """Not a sum of coordinate-wise terms: sqrt of a sum, square of a sum."""
+  anchor, m_bar, mu = constants
+  distance = tf.add_n([tf.reduce_sum(tf.square(w - a))
+                       for w, a in zip(weights, anchor)])
+  linear = tf.add_n([tf.reduce_sum(w * m) for w, m in zip(weights, m_bar)])
+  return mu * tf.sqrt(1.0 + distance) + 0.5 * tf.square(linear)
+
+
+def _entangled_objective():
+  return client_work.LocalObjective(
+      penalty=client_work.PrecomputedHook(_entangled_constants,
+                                          _entangled_step),
+      look_ahead=momentum.nesterov_look_ahead_hook(0.9), count_steps=True)
+
+
+def _broadcast(start, rng):
+  return collections.OrderedDict(
+      model_weights=tff.learning.models.ModelWeights(
+          trainable=[tf.constant(w) for w in start], non_trainable=[]),
+      momentum=[tf.constant(rng.normal(0.0, 0.05, w.shape), tf.float32)
+                for w in start])
+
+
+def _fisher_report(model, weights, dataset, broadcast, **kwargs):
+  del broadcast, kwargs
+  return {'fisher': stacked_training.per_example_fisher(model, weights,
+                                                        dataset)}
+
+
+def test_penalty_and_look_ahead_run_per_client(model):
+  """Each client's own penalty (with constants from its own number of
+  batches) and look-ahead, not one penalty of the stacked weights."""
+  rng = np.random.default_rng(3)
+  start = functional_test.random_weights(model, rng)
+  broadcast = _broadcast(start, rng)
+  objective = _entangled_objective()
+  optimizer = tff.learning.optimizers.build_sgdm(LR, momentum=0.5)
+  stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
+      [w.shape for w in start])
+  datasets = client_datasets()
+  (group,) = stacked_training.group_datasets(datasets, group_size=4)
+  train = stacked_training.build_local_training_fn(
+      stacked_model, optimizer, stacked_training.stats_dtypes_of(
+          stacked_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
+          functional_test.INPUT_SPEC), objective=objective)
+  hparams = optimizer.get_hparams(optimizer.initialize(
+      tuple(tf.TensorSpec(w.shape, w.dtype) for w in start)))
+  k = len(SIZES)
+  result = train(hparams, [np.stack([w] * k) for w in start], group,
+                 broadcast)
+  moved = False
+  for c, dataset in enumerate(datasets):
+    delta, _, steps, _ = reference(model, optimizer, start, dataset,
+                                   objective, broadcast)
+    plain, *_ = reference(model, optimizer, start, dataset)
+    assert int(result['num_steps'][c]) == steps
+    for got, want, without in zip(result['delta'], delta, plain):
+      scale = max(np.abs(want).max(), 1e-12)
+      assert np.abs(got[c].numpy() - want).max() <= 1e-5 * scale
+      moved = moved or np.abs(want - without).max() > 1e-2 * scale
+  assert moved  # The objective changed the clients' deltas.
+
+
+def test_loss_hooks_are_refused():
+  with pytest.raises(ValueError, match='no stacked form of a loss hook'):
+    stacked_training.check_objective(client_work.LocalObjective(
+        client_stats_fn=lambda dataset: 0))
+
+
+# --- FedCurv's Fisher --------------------------------------------------------
+
+
+@pytest.mark.parametrize('limit', [None, (2, 5, 0, 1)], ids=['all', 'first'])
+def test_per_example_fisher_equals_fed_curv_per_client(model, limit):
+  rng = np.random.default_rng(4)
+  per_client = [functional_test.random_weights(model, rng)
+                for _ in range(len(SIZES))]
+  stacked = [tf.constant(np.stack(ws)) for ws in zip(*per_client)]
+  stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
+      [w.shape for w in per_client[0]])
+  datasets = client_datasets()
+  (group,) = stacked_training.group_datasets(datasets, group_size=4)
+  got = stacked_training.per_example_fisher(
+      stacked_model, stacked, group,
+      max_examples=None if limit is None else tf.constant(limit))
+  for c, dataset in enumerate(datasets):
+    for variable, value in zip(model.trainable_variables, per_client[c]):
+      variable.assign(value)
+    want = fed_curv.empirical_fisher_diagonal(
+        model, dataset, max_examples=None if limit is None else limit[c])
+    for g, w in zip(got, want):
+      w = w.numpy()
+      assert np.abs(g[c].numpy() - w).max() <= 1e-5 * max(
+          np.abs(w).max(), 1e-30)
+      if SIZES[c] == 0 or (limit is not None and limit[c] == 0):
+        assert not np.any(g[c].numpy())
+      else:
+        assert np.abs(w).max() > 0
+
+
+def test_group_datasets_by_steps():
+  sizes = (1, 9, 0, 13, 5)  # Batches of 4: 1, 3, 0, 4, 2.
+  assert stacked_training.step_order([1, 3, 0, 4, 2]) == [3, 1, 4, 0, 2]
+  groups = stacked_training.group_datasets(client_datasets(sizes), 2,
+                                           by_steps=True)
+  masks = [np.stack([e['mask'] for e in g.as_numpy_iterator()])
+           for g in groups]
+  # Groups (13, 9), (5, 1), (0): 4, 2 and 1 (all-padding) steps.
+  assert [m.shape[:2] for m in masks] == [(4, 2), (2, 2), (1, 1)]
+  assert [m.sum(axis=(0, 2)).tolist() for m in masks] == [[13, 9], [5, 1],
+                                                          [0]]

@@ -1,4 +1,4 @@
-"""FedOpt with grouped clients equals FedOpt with one client at a time.
+"""Algorithms with grouped clients equal them with one client at a time.
 
 Five clients of 9, 5, 0, 4 and 6 snippets (batch 4) of a small Shakespeare
 LSTM (the task's model, 2 x 16 units), in groups of at most 2 (2, 2, 1:
@@ -10,6 +10,17 @@ metrics, for each server optimizer the paper uses (sgd, sgdm, adagrad,
 adam, yogi); and with uniform weighting, client momentum and a client
 learning-rate schedule. States are interchangeable: the vectorized
 process continues from the per-client process's state.
+
+The same for the other algorithms with a vectorized path
+(`vectorized.vectorize` of their per-client processes, the binary's entry
+point) against those processes: FedProx, FedFOR (3 rounds: its penalty
+starts in round 2), FedCurv's stateless variant (its Fisher over one of 2 epochs),
+FedADC heavy ball and Nesterov, SlowMo; besides the model, the rest of the
+server state (FedCurv's u and v, FedADC's momentum, the server optimizer's)
+to 1e-5 of its largest entry. Each penalty is strong enough to move the
+model well beyond that tolerance (checked: the same rounds with its
+coefficient 0 differ by more than 1e-3 of the change). The algorithms
+without a path are refused with one line saying what they lack.
 
 `binaries.train --client_vectorization=K` on a small Shakespeare file
 (shuffled client datasets, as the task preprocesses them): a run resumed
@@ -76,7 +87,14 @@ def run(process, state, datasets, rounds=ROUNDS):
   return state, metrics
 
 
-def assert_same_rounds(process_a, process_b, datasets, start, rounds=ROUNDS):
+def assert_same_rounds(process_a, process_b, datasets, start, rounds=ROUNDS,
+                       whole_state=False):
+  """Runs both processes from `start`; asserts the same weights and metrics.
+
+  With `whole_state`, every other float entry of the states must agree to
+  1e-5 of its largest magnitude, and the others exactly. Returns the final
+  states and the model's change (max over the per-client process's).
+  """
   state_a, metrics_a = run(
       process_a, process_a.set_model_weights(process_a.initialize(), start),
       datasets, rounds)
@@ -97,6 +115,16 @@ def assert_same_rounds(process_a, process_b, datasets, start, rounds=ROUNDS):
     assert len(flat_a) == len(flat_b)
     np.testing.assert_allclose(np.array(flat_a, np.float64),
                                np.array(flat_b, np.float64), rtol=1e-5)
+  if whole_state:
+    flat_a = [np.asarray(x) for x in tf.nest.flatten(state_a)]
+    flat_b = [np.asarray(x) for x in tf.nest.flatten(state_b)]
+    assert len(flat_a) == len(flat_b)
+    for a, b in zip(flat_a, flat_b):
+      if np.issubdtype(b.dtype, np.floating):
+        scale = float(np.abs(b).max()) if b.size else 0.0
+        assert float(np.abs(a - b).max(initial=0.0)) <= 1e-5 * scale
+      else:
+        np.testing.assert_array_equal(a, b)
   return state_a, state_b
 
 
@@ -142,6 +170,115 @@ def test_uniform_weighting_momentum_and_schedule(datasets, start):
   # The states are of one type: each process goes on from the other's.
   grouped.next(state_per_client, datasets)
   per_client.next(state_grouped, datasets)
+
+
+# --- The other algorithms -----------------------------------------------------
+
+SGD = tff.learning.optimizers.build_sgdm(CLIENT_LR)
+SERVER_SGD = optimizers.build_server_optimizer('sgd', learning_rate=1.0)
+UNIFORM = tff.learning.ClientWeighting.UNIFORM
+BETA = 0.9
+EPOCHS = 2  # FedCurv's Fisher over the first half of each client's examples.
+
+# name: (per-client process, rounds), each algorithm's own part strong
+# enough to matter (see `WITHOUT`). `vectorized.vectorize` rebuilds each
+# from the process itself.
+ALGORITHMS = {
+    'fedprox': (lambda: algorithms.build_fed_prox(
+        model_fn, mu=1.0, client_optimizer_fn=SGD,
+        server_optimizer_fn=SERVER_SGD), 2),
+    'fedfor': (lambda: algorithms.build_fed_for(
+        model_fn, alpha=0.5, client_optimizer_fn=SGD,
+        server_optimizer_fn=SERVER_SGD, client_weighting=UNIFORM), 3),
+    'fedcurv': (lambda: algorithms.build_fed_curv(
+        model_fn, lam=10.0, client_optimizer_fn=SGD,
+        server_optimizer_fn=SERVER_SGD, client_weighting=UNIFORM,
+        client_epochs=EPOCHS), 2),
+    'fedadc_heavy_ball': (lambda: algorithms.build_fed_adc(
+        model_fn, client_learning_rate=CLIENT_LR, beta=BETA), 2),
+    'fedadc_nesterov': (lambda: algorithms.build_fed_adc(
+        model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
+        variant='nesterov'), 2),
+    'slowmo': (lambda: algorithms.build_slowmo(
+        model_fn, client_learning_rate=CLIENT_LR, beta=BETA), 2),
+}
+# The per-client process without the penalty (its coefficient 0), for the
+# check that it matters.
+WITHOUT = {
+    'fedprox': lambda: algorithms.build_fed_prox(
+        model_fn, mu=0.0, client_optimizer_fn=SGD,
+        server_optimizer_fn=SERVER_SGD),
+    'fedfor': lambda: algorithms.build_fed_for(
+        model_fn, alpha=0.0, client_optimizer_fn=SGD,
+        server_optimizer_fn=SERVER_SGD, client_weighting=UNIFORM),
+    'fedcurv': lambda: algorithms.build_fed_curv(
+        model_fn, lam=0.0, client_optimizer_fn=SGD,
+        server_optimizer_fn=SERVER_SGD, client_weighting=UNIFORM,
+        client_epochs=EPOCHS),
+}
+
+
+@pytest.mark.parametrize('name', list(ALGORITHMS))
+def test_algorithm_rounds_equal_per_client_rounds(name, datasets, start):
+  per_client_fn, rounds = ALGORITHMS[name]
+  per_client = per_client_fn()
+  # FedADC heavy ball groups its clients by their numbers of batches.
+  grouped = vectorized.vectorize(per_client, stacked_model(),
+                                 group_size=GROUP_SIZE,
+                                 by_steps=name == 'fedadc_heavy_ball')
+  assert grouped.initialize.type_signature.is_equivalent_to(
+      per_client.initialize.type_signature)
+  state, _ = assert_same_rounds(grouped, per_client, datasets, start, rounds,
+                                whole_state=True)
+  if name in WITHOUT:  # The algorithm's own part moved the model.
+    without = WITHOUT[name]()
+    other, _ = run(without, without.set_model_weights(without.initialize(),
+                                                      start), datasets,
+                   rounds)
+    weights = grouped.get_model_weights(state).trainable
+    change = max(np.abs(np.asarray(w) - s).max()
+                 for w, s in zip(weights, start.trainable))
+    apart = max(np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in zip(
+        weights, without.get_model_weights(other).trainable))
+    assert apart > 1e-3 * change, (apart, change)
+
+
+def test_vectorize_of_fed_opt_is_build_vectorized_fed_opt(datasets, start):
+  common = dict(client_optimizer_fn=SGD, server_optimizer_fn=SERVER_SGD)
+  assert_same_rounds(
+      vectorized.vectorize(algorithms.build_fed_opt(model_fn, **common),
+                           stacked_model(), group_size=GROUP_SIZE),
+      vectorized.build_vectorized_fed_opt(
+          model_fn, stacked_model(), group_size=GROUP_SIZE, **common),
+      datasets, start, rounds=1, whole_state=True)
+
+
+def _refusal(process):
+  with pytest.raises(ValueError) as error:
+    vectorized.vectorize(process, stacked_model(), group_size=2)
+  return str(error.value)
+
+
+def test_algorithms_without_a_stacked_form_are_refused():
+  # FedCurv's Eq. 3: each client keeps its last Fisher terms.
+  assert _refusal(algorithms.build_fed_curv(
+      model_fn, lam=1.0, client_optimizer_fn=SGD,
+      server_optimizer_fn=SERVER_SGD, cross_silo=True)) == (
+          'stacked client training cannot run this algorithm: it has client '
+          'state.')
+  # FedADC+'s distillation runs a teacher VariableModel.
+  assert _refusal(algorithms.build_fed_adc(
+      model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
+      distillation=True)) == (
+          'stacked client training cannot run this algorithm: it has a loss '
+          'hook (loss_fn_builder, client_stats_fn).')
+  # FedADC's Algorithm 4: its local optimizer counts its steps.
+  assert 'not one tensor per weight' in _refusal(algorithms.build_fed_adc(
+      model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
+      local_momentum=0.9))
+  assert _refusal(object()) == (
+      'vectorize needs a process built by recipe.assemble (any builder of '
+      'tff_opt.algorithms); got object without an assembly.')
 
 
 def test_refusals():
@@ -221,11 +358,45 @@ def test_binary_resumes_across_the_flag_with_the_same_numbers(data_dir,
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_binary_refuses_the_flag_without_a_vectorized_path(data_dir, tmp_path,
-                                                           capsys):
+def test_binary_runs_fed_prox_grouped_as_one_client_at_a_time(data_dir,
+                                                               tmp_path):
+  """The flag rebuilds the algorithm the other flags chose (FedProx, mu)."""
+  flags = (*BINARY_FLAGS, f'--data_dir={data_dir}', '--rounds=2',
+           '--algorithm=fedprox', '--mu=0.5')
+  straight, grouped = str(tmp_path / 'straight'), str(tmp_path / 'grouped')
+  assert binary.run_train(*flags, f'--output_dir={straight}') == 0
+  assert binary.run_train(*flags, '--client_vectorization=3',
+                          f'--output_dir={grouped}') == 0
+  for got, want in zip(_final_state(grouped, 2), _final_state(straight, 2)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('algorithm_flags, line', [
+    (('--algorithm=scaffold',),
+     '--client_vectorization=2: --algorithm=scaffold: stacked client training '
+     'cannot run this algorithm: it has client state, a report pass without '
+     'a stacked form (stacked_report_fn).'),
+    (('--algorithm=fedcurv', '--lam=1'),  # auto: Eq. 3 fits here.
+     '--client_vectorization=2: --algorithm=fedcurv: stacked client training '
+     'cannot run this algorithm: it has client state (FedCurv\'s Eq. 3 '
+     'keeps each client\'s last Fisher terms; --fedcurv_exact=off runs its '
+     'stateless variant).'),
+])
+def test_binary_refuses_the_flag_without_a_vectorized_path(
+    data_dir, tmp_path, capsys, algorithm_flags, line):
   assert binary.run_train(
       *BINARY_FLAGS, f'--data_dir={data_dir}', '--rounds=1',
-      '--algorithm=fedprox', '--mu=0.1', '--client_vectorization=2',
+      *algorithm_flags, '--client_vectorization=2',
       f'--output_dir={tmp_path / "run"}') == 2
-  assert ('--client_vectorization=2: only --task=shakespeare '
-          '--algorithm=fedopt') in capsys.readouterr().err
+  assert f'train: error: {line}\n' in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / 'run')
+
+
+def test_binary_refuses_the_flag_for_a_task_without_a_stacked_model(
+    tmp_path, capsys):
+  assert binary.run_train(
+      '--task=digits', '--rounds=1', '--client_vectorization=2',
+      f'--output_dir={tmp_path / "run"}') == 2
+  assert ('train: error: --client_vectorization=2: --task=digits has no '
+          'stacked model (only --task=shakespeare has one); drop the flag (or '
+          'set it to 0).\n') in capsys.readouterr().err

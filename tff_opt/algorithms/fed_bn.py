@@ -306,7 +306,8 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
 
   return dataclasses.replace(
       base,
-      passes=dataclasses.replace(base.passes, report_fn=report_fn),
+      passes=dataclasses.replace(base.passes, report_fn=report_fn,
+                                 stacked_report_fn=None),
       initial_client_state=initial_state,
       client_state_update=client_state_update,
       client_input_fn=client_input_fn,

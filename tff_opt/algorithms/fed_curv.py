@@ -112,6 +112,7 @@ from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import fisher
 from tff_opt.round import penalties
+from tff_opt.round import stacked_training
 
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
@@ -188,18 +189,44 @@ def _per_example_fisher(model, dataset):
   return [tf.math.divide_no_nan(s, count) for s in sums]
 
 
+def _one_epoch(num_examples, client_epochs):
+  """ceil(n_E / E): the examples of one epoch (module docstring); `None`
+  (all of them) for one epoch."""
+  if client_epochs > 1:
+    return (num_examples + client_epochs - 1) // client_epochs
+  return None
+
+
 def _fisher_report(model, dataset, broadcast, *, delta, num_steps,
                    learning_rate, num_examples, client_epochs):
   """F_k and F_k * w_k at the final local model, over one epoch."""
   del broadcast, delta, num_steps, learning_rate
-  one_epoch = None
-  if client_epochs > 1:  # ceil(n_E / E): one epoch (module docstring).
-    one_epoch = (num_examples + client_epochs - 1) // client_epochs
-  fisher = empirical_fisher_diagonal(model, dataset, max_examples=one_epoch)
+  fisher = empirical_fisher_diagonal(
+      model, dataset, max_examples=_one_epoch(num_examples, client_epochs))
   return collections.OrderedDict([
       (FISHER_KEY, fisher),
       (FISHER_WEIGHTS_KEY,
        [f * w for f, w in zip(fisher, model.trainable_variables)]),
+  ])
+
+
+def _stacked_fisher_report(model, weights, dataset, broadcast, *, delta,
+                           num_steps, learning_rate, num_examples,
+                           client_epochs):
+  """`_fisher_report` of K clients at once, on a `StackedModel`.
+
+  The vectorized client path's form (`stacked_training`): each client's
+  F_k over its own first epoch and F_k * w_k at its own final weights,
+  stacked [K, ...]; the per-example gradients are the same as the
+  per-example path's above (`stacked_training.per_example_fisher`).
+  """
+  del broadcast, delta, num_steps, learning_rate
+  fisher = stacked_training.per_example_fisher(
+      model, weights, dataset,
+      max_examples=_one_epoch(num_examples, client_epochs))
+  return collections.OrderedDict([
+      (FISHER_KEY, fisher),
+      (FISHER_WEIGHTS_KEY, [f * w for f, w in zip(fisher, weights)]),
   ])
 
 
@@ -376,8 +403,11 @@ def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
       distributor_fn=distributor_fn,
       aggregator_fn=aggregators.mean_delta_sum_rest,
       finalizer_fn=finalizer_fn,
-      passes=client_work_lib.ClientPasses(report_fn=functools.partial(
-          _fisher_report, client_epochs=client_epochs)))
+      passes=client_work_lib.ClientPasses(
+          report_fn=functools.partial(_fisher_report,
+                                      client_epochs=client_epochs),
+          stacked_report_fn=functools.partial(_stacked_fisher_report,
+                                              client_epochs=client_epochs)))
   if not cross_silo:
     return recipe_lib.Recipe(
         work_broadcast_type=broadcast_type,

@@ -119,6 +119,22 @@ class Recipe:
 RecipeFn = Callable[[tff.Type], Recipe]
 
 
+@dataclasses.dataclass(frozen=True)
+class Assembly:
+  """What `assemble` built a process from: its arguments.
+
+  `assemble` records them on the process it returns (`process.assembly`),
+  so that the same algorithm can be rebuilt with another client work
+  (`vectorized.vectorize`: the round's clients trained in groups) from
+  the process alone, without restating its hyper-parameters.
+  """
+  model_fn: Callable[[], tff.learning.models.VariableModel]
+  recipe_fn: RecipeFn
+  client_optimizer_fn: tff.learning.optimizers.Optimizer
+  client_weighting: tff.learning.ClientWeighting
+  client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]]
+
+
 def assemble(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     recipe_fn: RecipeFn,
@@ -144,7 +160,8 @@ def assemble(
 
   Returns:
     A `tff.learning.templates.LearningProcess`, or a
-    `client_states.ClientStatefulProcess` when the recipe has client state.
+    `client_states.ClientStatefulProcess` when the recipe has client state;
+    its `assembly` attribute is an `Assembly` of these arguments.
 
   Raises:
     TypeError: If an optimizer (the client's, or the server's of the
@@ -162,6 +179,27 @@ def assemble(
       broadcast_type=recipe.work_broadcast_type,
       client_weighting=client_weighting,
       learning_rate_schedule=client_lr_schedule)
+  process = compose_around(initial_weights_fn, recipe, client_work)
+  process.assembly = Assembly(model_fn, recipe_fn, client_optimizer_fn,
+                              client_weighting, client_lr_schedule)
+  return process
+
+
+def compose_around(initial_weights_fn: tff.Computation, recipe: Recipe,
+                   client_work: tff.learning.templates.ClientWorkProcess):
+  """The recipe's other parts, built for `client_work`'s types, composed.
+
+  `assemble`'s second half, shared with the vectorized client path
+  (`vectorized.py`, whose client work trains a group of clients).
+
+  Args:
+    initial_weights_fn: () -> the initial `ModelWeights`.
+    recipe: The `Recipe` (after `with_shared_non_trainables`).
+    client_work: The client work built from the recipe's objective.
+
+  Returns:
+    As `assemble`, without the `assembly` attribute.
+  """
   result_type = client_work.next.type_signature.result.result.member
   sent_type = result_type.update
   if recipe.to_server is not None:
@@ -286,7 +324,10 @@ def with_shared_non_trainables(recipe: Recipe,
       recipe,
       aggregator_fn=aggregator_fn,
       finalizer_fn=finalizer_fn,
-      passes=dataclasses.replace(recipe.passes, report_fn=report_fn),
+      # The wrapped report has no stacked form (nor do models with
+      # non-trainables).
+      passes=dataclasses.replace(recipe.passes, report_fn=report_fn,
+                                 stacked_report_fn=None),
       client_state_update=client_state_update,
       to_server=to_server)
 

@@ -1,36 +1,63 @@
-"""FedOpt with the round's clients trained in groups, as one computation each.
+"""Algorithms with the round's clients trained in groups, as one computation.
 
-`binaries.train --client_vectorization=K` (K > 0) runs FedOpt's round with
-`tff_opt/round/stacked_training.py`'s client work: the sampled clients are
-split into groups of at most K (10 clients by 4: 4, 3, 3), and each group's
-local training is one TensorFlow computation over stacked weights (a
-`StackedModel`, e.g. `tasks/shakespeare_functional.py`). The server side
-is FedOpt's own recipe (`fed_opt.fed_opt_recipe`): the same distributor,
-example-weighted mean, server optimizer and state, so a run can switch
-between the two paths from one round to the next (the state types are the
-same).
+`binaries.train --client_vectorization=K` (K > 0) runs an algorithm's round
+with `tff_opt/round/stacked_training.py`'s client work: the sampled clients
+are split into groups of at most K (10 clients by 4: 4, 3, 3), and each
+group's local training is one TensorFlow computation over stacked weights
+(a `StackedModel`, e.g. `tasks/shakespeare_functional.py`). Everything else
+is the algorithm's own recipe (`recipe.py`): its distributor (what is
+broadcast), its local objective (the penalty and look-ahead hooks, run per
+client on each client's own stacked weights), its aggregator, finalizer and
+state, so a run can switch between the two paths from one round to the
+next (the state types are the same).
+
+`vectorize(process, stacked_model, group_size=K)` is the entry point: it
+rebuilds any process that `recipe.assemble` built (every builder of the
+package; `process.assembly` holds its arguments) with the stacked client
+work, so an algorithm's hyper-parameters are stated once, to its own
+builder. What runs (checked against the per-client process,
+`tests/test_vectorized.py`):
+
+    FedOpt     plain local training, every server optimizer
+    FedProx    its proximal penalty against the broadcast w_t
+    FedFOR     its two-model broadcast and Eq. 7 penalty, its constants
+               (d = w_{t-1} - w_t, alpha/eta) computed once per group
+    FedCurv    the stateless variant (`cross_silo=False`): u, v broadcast,
+               the elastic penalty, each client's Fisher and Fisher * w
+               reported (`ClientPasses.stacked_report_fn`) and summed
+    FedADC     Algorithm 3, heavy ball and Nesterov: m_bar = beta m_t / H_k
+               per client (H_k its own number of batches) as the recipe's
+               linear penalty, and the Nesterov look-ahead
+    SlowMo     FedADC's server rule over plain local SGD
+
+Refused, with a ValueError naming what the stacked client work lacks:
+client state (SCAFFOLD, FedDyn, FedDC, MOON, FedCurv's Eq. 3, client-side
+FedPTR), a loss hook (FedADC+'s distillation, FedNTD, FedRS, FedGKD), a
+pre-pass or a report without a stacked form, a client optimizer with state
+beyond one tensor per weight (FedADC's Algorithm 4 local momentum keeps a
+step count; Adam), a model with non-trainable variables (FedBN's).
 
 Design: a TFF client computation sees one client's data, so a group of K
 real clients is one TFF *client*: `GroupedLearningProcess.next(state,
 client_datasets)` takes the round's per-client datasets (what the training
 loop passes to any process), reads them (`stacked_training.group_datasets`:
-padded, step-major arrays, one dataset per group) and calls the composed
+padded, step-major arrays, one dataset per group; with `by_steps`, clients
+of similar numbers of batches grouped together) and calls the composed
 process on the group datasets. Each group reports the example-weighted mean
-of its clients' deltas with their total weight, so the server's weighted
-mean over groups is the per-client path's (see `stacked_training`); the
-metrics are the per-client ones. Checked (`tests/test_vectorized.py`): the
-server state after rounds equals the per-client process's to 1e-5 of the
-change it made, for the server optimizers sgd, sgdm, adagrad, adam, yogi.
+of its clients' deltas with their total weight (and the sums of what a
+report pass adds, FedCurv's Fisher), so the server's weighted mean over
+groups is the per-client path's (see `stacked_training`); the metrics are
+the per-client ones.
 
 What differs from the per-client process:
 - `next` is a Python callable (with the inner computation's
   `type_signature`, whose data parameter is the group dataset type); it
   reads the client datasets in this process instead of on TFF's worker.
 - The `communication` metrics count bytes per TFF client, i.e. per group
-  (a group receives one model and sends one update, as one client does).
-- Only FedOpt's plain local training: the recipe must have no penalty,
-  hook, pass or client state, and the client optimizer must be SGD (with
-  or without momentum); models without non-trainable variables.
+  (a group receives one broadcast and sends one update, as one client
+  does); so does the aggregator's count of participating clients that
+  `aggregators.mean_delta_sum_rest` passes to FedCurv's finalizer (which
+  does not read it).
 """
 
 from collections.abc import Callable, Sequence
@@ -42,22 +69,22 @@ import tensorflow_federated as tff
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import recipe as recipe_lib
-from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import composers
 from tff_opt.round import stacked_training
 
 
 class _GroupedNext:
   """`next(state, client_datasets)`: group the datasets, run the round."""
 
-  def __init__(self, inner_next: tff.Computation, group_size: int):
+  def __init__(self, inner_next: tff.Computation, group_size: int,
+               by_steps: bool = False):
     self._inner_next = inner_next
     self._group_size = group_size
+    self._by_steps = by_steps
     self.type_signature = inner_next.type_signature
 
   def __call__(self, state: Any, client_datasets: Sequence[tf.data.Dataset]):
-    groups = stacked_training.group_datasets(list(client_datasets),
-                                             self._group_size)
+    groups = stacked_training.group_datasets(
+        list(client_datasets), self._group_size, by_steps=self._by_steps)
     return self._inner_next(state, groups)
 
 
@@ -66,17 +93,20 @@ class GroupedLearningProcess(tff.learning.templates.LearningProcess):
   them in groups of at most `group_size` (module docstring).
 
   `initialize`, `get_model_weights`, `set_model_weights`, `get_hparams`,
-  `set_hparams` are the composed process's computations.
+  `set_hparams` are the composed process's computations. With `by_steps`,
+  the round's clients are ordered by their numbers of batches before they
+  are grouped (`stacked_training.group_datasets`).
   """
 
   def __init__(self, inner: tff.learning.templates.LearningProcess,
-               group_size: int):
+               group_size: int, by_steps: bool = False):
     super().__init__(inner.initialize, inner.next, inner.get_model_weights,
                      inner.set_model_weights,
                      get_hparams_fn=inner.get_hparams,
                      set_hparams_fn=inner.set_hparams)
-    self._grouped_next = _GroupedNext(inner.next, group_size)
+    self._grouped_next = _GroupedNext(inner.next, group_size, by_steps)
     self.group_size = group_size
+    self.by_steps = by_steps
     self.inner = inner
 
   @property
@@ -85,23 +115,26 @@ class GroupedLearningProcess(tff.learning.templates.LearningProcess):
     return self._grouped_next
 
 
-def _check_plain_recipe(recipe: recipe_lib.Recipe,
-                        weights_type: tff.Type) -> None:
-  """Raises ValueError unless the recipe trains with FedOpt's plain loop."""
+def _check_supported_recipe(recipe: recipe_lib.Recipe) -> None:
+  """Raises ValueError if the stacked client work cannot run the recipe."""
   problems = []
-  if recipe.objective != client_work_lib.LocalObjective():
-    problems.append('a local objective (penalty or hook)')
-  if recipe.passes != client_work_lib.ClientPasses():
-    problems.append('client passes')
   if recipe.initial_client_state is not None:
     problems.append('client state')
+  objective = recipe.objective
+  if (objective.loss_fn_builder is not None or
+      objective.client_stats_fn is not None):
+    problems.append('a loss hook (loss_fn_builder, client_stats_fn)')
+  if recipe.passes.prepare_fn is not None:
+    problems.append('a pre-pass (prepare_fn)')
+  if (recipe.passes.report_fn is not None and
+      recipe.passes.stacked_report_fn is None):
+    problems.append('a report pass without a stacked form '
+                    '(stacked_report_fn)')
   if recipe.to_server is not None:
-    problems.append('a transformed update')
-  if not recipe.work_broadcast_type.is_equivalent_to(weights_type):
-    problems.append('a broadcast beyond the model')
+    problems.append('a transformed update (to_server)')
   if problems:
-    raise ValueError('Stacked client training runs FedOpt\'s plain local '
-                     f'SGD; this algorithm has {", ".join(problems)}.')
+    raise ValueError('stacked client training cannot run this algorithm: it '
+                     f'has {", ".join(problems)}.')
 
 
 def assemble_stacked(
@@ -118,7 +151,7 @@ def assemble_stacked(
   Args:
     model_fn: A no-arg callable returning a new
       `tff.learning.models.VariableModel`.
-    recipe_fn: Model-weights type -> `Recipe` (FedOpt's).
+    recipe_fn: Model-weights type -> `Recipe` (the algorithm's own).
     stacked_model: `model_fn`'s model as a `StackedModel`.
     client_optimizer_fn: The client optimizer (SGD, with or without
       momentum).
@@ -126,12 +159,14 @@ def assemble_stacked(
     client_lr_schedule: Optional round number -> client learning rate.
 
   Returns:
-    The composed `LearningProcess`; its `next` takes one group dataset per
+    The composed `LearningProcess`; its next takes one group dataset per
     TFF client (`stacked_training.group_datasets`).
 
   Raises:
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
-    ValueError: If the recipe is not FedOpt's plain training, the model has
+    ValueError: If the recipe has a part without a stacked form (client
+      state, a loss hook, a pre-pass, a report pass without a
+      `stacked_report_fn`, a transformed update), the model has
       non-trainable variables, or the optimizer keeps shared state.
   """
   _common.check_optimizer('client_optimizer_fn', client_optimizer_fn)
@@ -139,20 +174,91 @@ def assemble_stacked(
   weights_type = initial_weights_fn.type_signature.result
   recipe = recipe_lib.with_shared_non_trainables(recipe_fn(weights_type),
                                                  weights_type)
-  _check_plain_recipe(recipe, weights_type)
+  _check_supported_recipe(recipe)
   client_work = stacked_training.build_stacked_local_training(
       model_fn, stacked_model, client_optimizer_fn,
+      objective=recipe.objective,
+      broadcast_type=recipe.work_broadcast_type,
+      report_fn=recipe.passes.stacked_report_fn,
       client_weighting=client_weighting,
       learning_rate_schedule=client_lr_schedule)
-  result_type = client_work.next.type_signature.result.result.member
-  aggregator = recipe.aggregator_fn(result_type.update,
-                                    result_type.update_weight)
-  finalizer = recipe.finalizer_fn(
-      aggregator.next.type_signature.result.result.member)
-  distributor = recipe.distributor_fn(
-      finalizer.initialize.type_signature.result.member)
-  return composers.compose_learning_process(
-      initial_weights_fn, distributor, client_work, aggregator, finalizer)
+  return recipe_lib.compose_around(initial_weights_fn, recipe, client_work)
+
+
+def build_vectorized(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    recipe_fn: recipe_lib.RecipeFn,
+    stacked_model: stacked_training.StackedModel,
+    *,
+    group_size: int,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    by_steps: bool = False,
+) -> GroupedLearningProcess:
+  """An algorithm's recipe with its clients trained in groups.
+
+  Args:
+    model_fn: A no-arg callable returning a new
+      `tff.learning.models.VariableModel` on each call.
+    recipe_fn: The algorithm's `RecipeFn` (e.g. `fed_prox.fed_prox_recipe(
+      mu=..., server_optimizer_fn=...)`).
+    stacked_model: The same model as a `stacked_training.StackedModel`.
+    group_size: At most this many clients train as one computation.
+    client_optimizer_fn: The client optimizer (SGD, with or without
+      momentum).
+    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    client_lr_schedule: Optional round number -> client learning rate.
+    by_steps: Group clients of similar numbers of batches together.
+
+  Returns:
+    A `GroupedLearningProcess` with the state type of `recipe.assemble`'s
+    process for the same arguments.
+
+  Raises:
+    TypeError, ValueError: As `assemble_stacked`; ValueError also if
+      `group_size` is not a positive integer.
+  """
+  stacked_training.group_sizes(0, group_size)  # Checks group_size.
+  inner = assemble_stacked(model_fn, recipe_fn, stacked_model,
+                           client_optimizer_fn, client_weighting,
+                           client_lr_schedule)
+  return GroupedLearningProcess(inner, group_size, by_steps)
+
+
+def vectorize(process: Any, stacked_model: stacked_training.StackedModel, *,
+              group_size: int, by_steps: bool = False
+              ) -> GroupedLearningProcess:
+  """The same algorithm as `process`, with its clients trained in groups.
+
+  Args:
+    process: A process built by `recipe.assemble` (any builder of the
+      package, e.g. `build_fed_prox(...)`): its `assembly` holds the
+      model, recipe, client optimizer, weighting and schedule it was built
+      from, and they are reused as they are.
+    stacked_model: The process's model as a `StackedModel`.
+    group_size: At most this many clients train as one computation.
+    by_steps: Group clients of similar numbers of batches together.
+
+  Returns:
+    A `GroupedLearningProcess` whose state has the type of `process`'s.
+
+  Raises:
+    ValueError: If `process` was not built by `recipe.assemble`, or as
+      `build_vectorized` (the algorithm has a part without a stacked form).
+  """
+  assembly = getattr(process, 'assembly', None)
+  if not isinstance(assembly, recipe_lib.Assembly):
+    raise ValueError('vectorize needs a process built by recipe.assemble '
+                     '(any builder of tff_opt.algorithms); got '
+                     f'{type(process).__name__} without an assembly.')
+  return build_vectorized(
+      assembly.model_fn, assembly.recipe_fn, stacked_model,
+      group_size=group_size,
+      client_optimizer_fn=assembly.client_optimizer_fn,
+      client_weighting=assembly.client_weighting,
+      client_lr_schedule=assembly.client_lr_schedule, by_steps=by_steps)
 
 
 def build_vectorized_fed_opt(
@@ -167,6 +273,7 @@ def build_vectorized_fed_opt(
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
+    by_steps: bool = False,
 ) -> GroupedLearningProcess:
   """FedOpt (`fed_opt.build_fed_opt`) with clients trained in groups.
 
@@ -183,6 +290,7 @@ def build_vectorized_fed_opt(
     client_lr_schedule: Optional round number -> client learning rate.
     model_aggregator: Weighted aggregation factory for the deltas;
       `tff.aggregators.MeanFactory()` by default.
+    by_steps: Group clients of similar numbers of batches together.
 
   Returns:
     A `GroupedLearningProcess`: `next(state, client_datasets)` takes the
@@ -195,10 +303,10 @@ def build_vectorized_fed_opt(
       optimizer keeps shared state (e.g. Adam) or the model has
       non-trainable variables.
   """
-  stacked_training.group_sizes(0, group_size)  # Checks group_size.
   recipe_fn = fed_opt.fed_opt_recipe(server_optimizer_fn=server_optimizer_fn,
                                      model_aggregator=model_aggregator)
-  inner = assemble_stacked(model_fn, recipe_fn, stacked_model,
-                           client_optimizer_fn, client_weighting,
-                           client_lr_schedule)
-  return GroupedLearningProcess(inner, group_size)
+  return build_vectorized(
+      model_fn, recipe_fn, stacked_model, group_size=group_size,
+      client_optimizer_fn=client_optimizer_fn,
+      client_weighting=client_weighting,
+      client_lr_schedule=client_lr_schedule, by_steps=by_steps)

@@ -188,15 +188,24 @@ class ClientPasses:
       the update zeroes all of it, as for the delta alone. FedCurv's
       Fisher, SCAFFOLD's control variate, FedBN's local batch norm, the
       model's non-trainables (`recipe.with_shared_non_trainables`).
+    stacked_report_fn: `report_fn` for K clients at once on a
+      `stacked_training.StackedModel` (the vectorized client path):
+      `(model, weights, dataset, broadcast, *, delta, num_steps,
+      learning_rate, num_examples) -> {name: [K, ...] structure}`, with the
+      clients' final weights [K, ...] (`stacked_training`'s module
+      docstring). `None` where the report has no stacked form: the
+      vectorized path then refuses the algorithm. This client work never
+      calls it. FedCurv's Fisher.
 
   Raises:
     TypeError: If a pass is neither callable nor `None`.
   """
   prepare_fn: Optional[Callable[..., Any]] = None
   report_fn: Optional[Callable[..., Any]] = None
+  stacked_report_fn: Optional[Callable[..., Any]] = None
 
   def __post_init__(self):
-    for field in ('prepare_fn', 'report_fn'):
+    for field in ('prepare_fn', 'report_fn', 'stacked_report_fn'):
       _check_hook('ClientPasses', field, getattr(self, field))
 
 

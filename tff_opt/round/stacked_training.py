@@ -55,6 +55,52 @@ Choices:
   in `client_work.build_local_training` and reported the same way.
 - A group whose clients all lack data still runs one all-padding step, so
   that the group's size K is known (uniform weighting counts its clients).
+
+An algorithm's local objective (`client_work.LocalObjective`, the recipe's
+own) runs per client, as `client_work.build_local_training` runs it:
+
+- `penalty`: a function of ONE client's list of weights and the broadcast
+  (shared by the group's clients, as it is the same for every client of a
+  round). At each step it is evaluated on each active client's own weights
+  by `tf.vectorized_map` over the leading axis and the K_s values summed
+  into the loss, so client k's gradient is that of its own loss plus its
+  own penalty (any penalty, not only a sum of coordinate-wise terms; an op
+  without a vectorized form runs in a `tf.while_loop` over the clients,
+  e.g. `tf.nn.l2_loss`, with the same numbers).
+- A `PrecomputedHook`'s constants are computed once per group when they
+  depend only on the broadcast and the learning rate (FedFOR's d and
+  alpha/eta, FedCurv's sqrt(u), v/sqrt(u)): they are the same for every
+  client. With `count_steps` they depend on the client's number of batches
+  H_k (FedADC's m_bar = beta m_t / H_k): H_k is counted per client (its
+  steps with a real row) and the constants are computed per client
+  (`tf.vectorized_map` over H), stacked [K, ...] and gathered with the
+  weights at each step.
+- `look_ahead` (FedADC's Nesterov step): each active client's offsets are
+  computed the same way, the gradient (loss and penalty) is taken at
+  w_k + offsets_k and the optimizer steps from w_k.
+- A report pass (FedCurv's Fisher) has a stacked form of its own, given to
+  `build_stacked_local_training` as `report_fn` (the recipe's runs on a
+  `VariableModel`): `(model, weights, dataset, broadcast, *, delta,
+  num_steps, learning_rate, num_examples) -> {name: [K, ...] structure}`,
+  run after the last step with the clients' final weights [K, ...]. A
+  group then reports `{'delta': weighted mean, name: sum over its clients,
+  ...}`: `aggregators.mean_delta_sum_rest` over the groups gives the
+  per-client path's weighted mean and sums. `per_example_fisher` is
+  FedCurv's Fisher (`fed_curv.empirical_fisher_diagonal`'s per-example
+  path) on a `StackedModel`.
+- A loss hook (`loss_fn_builder`, `client_stats_fn`: FedADC+) or a pre-pass
+  (`ClientPasses.prepare_fn`) runs on a `VariableModel` and has no stacked
+  form: refused. So is client state (kept by the caller, `vectorized.py`).
+- Hooks are called as written (not converted by AutoGraph): they must not
+  branch in Python on tensors (none of `penalties`' or `momentum`'s does).
+
+Grouping (`group_datasets(..., by_steps=True)`): the round's clients may be
+ordered by their number of batches (most first, ties in the round's order)
+before they are split into groups, so that a group's clients take similar
+numbers of steps: a group runs as many steps as its longest client, and a
+step with few active clients vectorizes little. The clients' results are
+their own either way; the aggregate differs only by float rounding (the
+groups' sums are taken in another order). Off by default.
 """
 
 import collections
@@ -74,6 +120,7 @@ DELTA_KEY = 'delta'
 NUM_EXAMPLES_KEY = 'num_examples'
 NUM_STEPS_KEY = 'num_steps'
 STATS_KEY = 'stats'
+EXTRAS_KEY = 'extras'
 
 
 class StackedModel(Protocol):
@@ -181,17 +228,26 @@ def group_sizes(num_clients: int, group_size: int) -> list[int]:
   return [base + 1] * extra + [base] * (groups - extra)
 
 
+def step_order(num_batches: Sequence[int]) -> list[int]:
+  """Client indices by decreasing number of batches (ties: given order)."""
+  return sorted(range(len(num_batches)), key=lambda c: -num_batches[c])
+
+
 def group_datasets(client_datasets: Sequence[tf.data.Dataset],
-                   group_size: int) -> list[tf.data.Dataset]:
+                   group_size: int, *,
+                   by_steps: bool = False) -> list[tf.data.Dataset]:
   """The round's client datasets as one dataset per group of clients.
 
-  Each client's dataset is read once here (in this process), in its order;
-  clients keep their order, the groups are consecutive (`group_sizes`).
+  Each client's dataset is read once here (in this process), in its order.
+  The groups are consecutive (`group_sizes`) in the clients' order, or,
+  with `by_steps`, in `step_order` of their numbers of batches (clients of
+  similar lengths together; module docstring).
 
   Args:
     client_datasets: One batched `(x, y)` dataset per client, as
       `process.next` takes them.
     group_size: At most this many clients per group.
+    by_steps: Order the clients by their number of batches first.
 
   Returns:
     One `tf.data.Dataset` per group, elements `{'x', 'y', 'mask'}` with
@@ -206,6 +262,8 @@ def group_datasets(client_datasets: Sequence[tf.data.Dataset],
   (x_shape, x_dtype), (y_shape, y_dtype) = _trailing_shapes(
       client_datasets[0])
   batches = [client_batches(d) for d in client_datasets]
+  if by_steps:
+    batches = [batches[c] for c in step_order([len(b) for b in batches])]
   groups, start = [], 0
   for size in group_sizes(len(batches), group_size):
     stacked = stack_clients(batches[start:start + size], x_shape=x_shape,
@@ -289,9 +347,91 @@ def _stack(value: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
   return stacked
 
 
+class _ClientHook:
+  """A penalty or look-ahead hook as a function of one client's weights.
+
+  `fn(weights, own)` gets one client's weights (a list) and its slice of
+  `per_client` (a structure of [K, ...] tensors, or `None` when everything
+  the hook reads is shared by the group).
+  """
+
+  def __init__(self, fn: Callable[[list, Any], Any], per_client: Any = None):
+    self.fn = fn
+    self.per_client = per_client
+
+  def __call__(self, weights: Sequence[tf.Tensor], take) -> Any:
+    """The hook of each client of `weights` ([K_s, ...], `take` gathers
+    the same clients from a [K, ...] tensor): its results stacked."""
+    if self.per_client is None:
+      return tf.vectorized_map(lambda w: self.fn(list(w), None),
+                               tuple(weights), warn=False)
+    own = tf.nest.map_structure(take, self.per_client)
+    return tf.vectorized_map(lambda args: self.fn(list(args[0]), args[1]),
+                             (tuple(weights), own), warn=False)
+
+
+def _tensors(structure: Any) -> Any:
+  """Every leaf of `structure` as a tensor (Python numbers included)."""
+  return tf.nest.map_structure(tf.convert_to_tensor, structure)
+
+
+def _client_hook(hook, broadcast, learning_rate,
+                 num_steps) -> Optional[_ClientHook]:
+  """`hook` (a plain function or a `PrecomputedHook`) per client.
+
+  Args:
+    hook: `LocalObjective.penalty` or `look_ahead`, or `None`.
+    broadcast: What the distributor sent (shared by the group's clients).
+    learning_rate: The round's client learning rate.
+    num_steps: [K] int32 numbers of batches when the objective counts
+      steps, else `None`.
+  """
+  if hook is None:
+    return None
+  kwargs = {client_work.LEARNING_RATE_KEY: learning_rate}
+  steps_key = client_work.NUM_STEPS_KEY
+  if isinstance(hook, client_work.PrecomputedHook):
+    step = hook.step
+    if num_steps is None:  # Once per group: the same for every client.
+      constants = hook.precompute(broadcast, **kwargs)
+      return _ClientHook(lambda w, _: step(w, constants))
+    per_client = tf.vectorized_map(
+        lambda n: _tensors(hook.precompute(broadcast, **{steps_key: n},
+                                           **kwargs)),
+        num_steps, warn=False)
+    return _ClientHook(step, per_client)
+  if num_steps is None:
+    return _ClientHook(lambda w, _: hook(w, broadcast, **kwargs))
+  return _ClientHook(lambda w, n: hook(w, broadcast, **{steps_key: n},
+                                       **kwargs), num_steps)
+
+
+def check_objective(objective: client_work.LocalObjective) -> None:
+  """Raises ValueError if `objective` has a part without a stacked form."""
+  if not isinstance(objective, client_work.LocalObjective):
+    raise TypeError('objective must be a client_work.LocalObjective, got '
+                    f'{type(objective).__name__}.')
+  if (objective.loss_fn_builder is not None or
+      objective.client_stats_fn is not None):
+    raise ValueError('Stacked client training has no stacked form of a loss '
+                     'hook (loss_fn_builder, client_stats_fn: e.g. FedADC+\'s '
+                     'distillation), which runs on a VariableModel.')
+
+
+def _steps_per_client(dataset: tf.data.Dataset, k: tf.Tensor) -> tf.Tensor:
+  """[K] int32: each client's number of batches (steps with a real row)."""
+  return dataset.reduce(
+      tf.zeros(tf.reshape(k, [1]), tf.int32),
+      lambda n, batch: n + tf.cast(tf.reduce_any(batch[MASK_KEY], axis=1),
+                                   tf.int32))
+
+
 def build_local_training_fn(
     model: StackedModel, optimizer: tff.learning.optimizers.Optimizer,
-    stats_dtypes: Any) -> Callable[..., collections.OrderedDict]:
+    stats_dtypes: Any, *,
+    objective: client_work.LocalObjective = client_work.LocalObjective(),
+    report_fn: Optional[Callable[..., Any]] = None,
+) -> Callable[..., collections.OrderedDict]:
   """Returns a `tf.function` training K clients on their stacked batches.
 
   Args:
@@ -299,16 +439,27 @@ def build_local_training_fn(
     optimizer: The client optimizer (`per_client_state_keys` must accept
       it).
     stats_dtypes: A mapping name -> dtype of `model.batch_loss`'s stats.
+    objective: The local objective (`client_work.LocalObjective`): its
+      penalty and look-ahead run per client (module docstring); a loss hook
+      is refused.
+    report_fn: Optional stacked report pass (module docstring), run after
+      the last step.
 
   Returns:
-    `fn(hparams, initial_weights, dataset)`: `hparams` the optimizer's
-    hyper-parameters (its `learning_rate` this round's), `initial_weights`
-    a list of [K, ...] tensors (each client's start), `dataset` elements
-    `{'x', 'y', 'mask'}` ([K, B, ...], one per step). It returns
-    `OrderedDict(delta=[initial - final, per weight, [K, ...]],
-    num_examples=[K] int64, num_steps=[K] int64, stats={name: [K]})`,
-    `delta` in TFF's gradient form, as `client_work` reports it.
+    `fn(hparams, initial_weights, dataset, broadcast=None)`: `hparams` the
+    optimizer's hyper-parameters (its `learning_rate` this round's),
+    `initial_weights` a list of [K, ...] tensors (each client's start),
+    `dataset` elements `{'x', 'y', 'mask'}` ([K, B, ...], one per step),
+    `broadcast` what the hooks and the report read (the distributor's
+    broadcast). It returns `OrderedDict(delta=[initial - final, per weight,
+    [K, ...]], num_examples=[K] int64, num_steps=[K] int64, stats={name:
+    [K]})`, `delta` in TFF's gradient form, as `client_work` reports it,
+    plus `extras` (the report's `{name: [K, ...]}`) with a `report_fn`.
+
+  Raises:
+    ValueError: If the objective has a loss hook.
   """
+  check_objective(objective)
   batch_loss = client_work.unconverted(model.batch_loss)
   opt_initialize = client_work.unconverted(optimizer.initialize)
   opt_set_hparams = client_work.unconverted(optimizer.set_hparams)
@@ -325,7 +476,30 @@ def build_local_training_fn(
     return state, keys
 
   @client_work.unconverted
-  def step(state, keys, weights, batch):
+  def step(state, keys, weights, batch, penalty, look_ahead):
+    if penalty is None and look_ahead is None:
+      return train_step(state, keys, weights, batch, None, None)
+    # With hooks, a step without an active client (a group of empty
+    # clients) is skipped: `tf.vectorized_map` over no client does not keep
+    # its shapes. (The tape is inside the branch: nothing is differentiated
+    # through the `tf.cond`.)
+    mask = batch[MASK_KEY]
+    k = tf.shape(mask)[0]
+
+    def idle():
+      zeros = tf.zeros(tf.reshape(k, [1]), tf.int64)
+      stats = collections.OrderedDict(
+          (name, tf.zeros(tf.reshape(k, [1]), dtype))
+          for name, dtype in stats_dtypes.items())
+      return state, list(weights), stats, zeros, zeros
+
+    return tf.cond(
+        tf.reduce_any(mask),
+        lambda: train_step(state, keys, weights, batch, penalty, look_ahead),
+        idle)
+
+  @client_work.unconverted
+  def train_step(state, keys, weights, batch, penalty, look_ahead):
     mask = batch[MASK_KEY]
     k = tf.shape(mask, out_type=tf.int64)[0]
     active = tf.reduce_any(mask, axis=1)  # [K]: clients with a batch.
@@ -337,12 +511,17 @@ def build_local_training_fn(
     put = lambda value, new: tf.tensor_scatter_nd_update(value, index, new)
     own = [take(w) for w in weights]
     own_mask = take(mask)
+    at = own  # Where the gradient is taken (shifted by a look-ahead).
+    if look_ahead is not None:
+      at = [w + o for w, o in zip(own, look_ahead(own, take))]
     with tf.GradientTape() as tape:
-      tape.watch(own)
-      loss, stats = batch_loss(own, (take(batch[X_KEY]), take(batch[Y_KEY])),
+      tape.watch(at)
+      loss, stats = batch_loss(at, (take(batch[X_KEY]), take(batch[Y_KEY])),
                                own_mask)
       total = tf.reduce_sum(loss)
-    gradients = [tf.convert_to_tensor(g) for g in tape.gradient(total, own)]
+      if penalty is not None:
+        total += tf.reduce_sum(penalty(at, take))
+    gradients = [tf.convert_to_tensor(g) for g in tape.gradient(total, at)]
     own_state = collections.OrderedDict(state)
     for key in keys:
       own_state[key] = tf.nest.map_structure(take, state[key])
@@ -359,10 +538,17 @@ def build_local_training_fn(
     return state, weights, stats, examples, tf.cast(active, tf.int64)
 
   @tf.function
-  def local_training(hparams, initial_weights, dataset):
+  def local_training(hparams, initial_weights, dataset, broadcast=None):
     initial_weights = [tf.convert_to_tensor(w) for w in initial_weights]
     k = tf.shape(initial_weights[0])[0]
     state, keys = initial_state(hparams, initial_weights, k)
+    learning_rate = hparams[client_work.LEARNING_RATE_KEY]
+    counted = (_steps_per_client(dataset, k) if objective.count_steps
+               else None)
+    penalty = _client_hook(objective.penalty, broadcast, learning_rate,
+                           counted)
+    look_ahead = _client_hook(objective.look_ahead, broadcast,
+                              learning_rate, counted)
     weights = list(initial_weights)
     zeros = tf.zeros(tf.reshape(k, [1]), tf.int64)
     num_examples, num_steps = zeros, zeros
@@ -370,21 +556,99 @@ def build_local_training_fn(
         (name, tf.zeros(tf.reshape(k, [1]), dtype))
         for name, dtype in stats_dtypes.items())
     for batch in iter(dataset):
-      state, weights, stats, examples, active = step(state, keys, weights,
-                                                     batch)
+      state, weights, stats, examples, active = step(
+          state, keys, weights, batch, penalty, look_ahead)
       totals = collections.OrderedDict(
           (name, totals[name] + tf.cast(stats[name], totals[name].dtype))
           for name in totals)
       num_examples += examples
       num_steps += active
-    return collections.OrderedDict([
-        (DELTA_KEY, [a - b for a, b in zip(initial_weights, weights)]),
+    delta = [a - b for a, b in zip(initial_weights, weights)]
+    result = collections.OrderedDict([
+        (DELTA_KEY, delta),
         (NUM_EXAMPLES_KEY, num_examples),
         (NUM_STEPS_KEY, num_steps),
         (STATS_KEY, totals),
     ])
+    if report_fn is not None:
+      result[EXTRAS_KEY] = collections.OrderedDict(report_fn(
+          model, weights, dataset, broadcast, delta=delta,
+          num_steps=num_steps, learning_rate=learning_rate,
+          num_examples=num_examples))
+    return result
 
   return local_training
+
+
+# --- A stacked report pass: FedCurv's Fisher ---------------------------------
+
+
+def per_example_fisher(model: StackedModel, weights: Sequence[tf.Tensor],
+                       dataset: tf.data.Dataset,
+                       max_examples: Optional[tf.Tensor] = None
+                       ) -> list[tf.Tensor]:
+  """Each client's mean over its examples of the squared per-example
+  gradient of the loss, at its `weights`.
+
+  What `fed_curv.empirical_fisher_diagonal` computes for a model without
+  the fast path (the character LSTM): example i's loss is the model's batch
+  loss on a batch of i alone, and F_k = sum_i (grad l_i)^2 / n_k over
+  client k's first `max_examples[k]` examples (all of them without it), in
+  its dataset's order; 0 for a client without one. The stacked model must
+  compute the inference-mode loss (no dropout; `StackedCharLstm` has none).
+
+  Per step, the rows that count are gathered (`tf.where` of the mask and
+  the limit), each gets its own copy of its client's weights ([N, ...],
+  `tf.gather`), one forward and backward pass of `model.batch_loss` over
+  the N one-example "clients" gives every row's own gradient (the copies
+  share nothing), and the squares are summed into their clients
+  (`tf.math.unsorted_segment_sum`). The copies and their gradients take
+  2 N model sizes (N <= K B; the paper's LSTM, K = 10, B = 4: ~260 MB).
+
+  Args:
+    model: The `StackedModel`.
+    weights: The clients' weights, [K, ...] each.
+    dataset: The group's dataset (`group_datasets`).
+    max_examples: Optional [K] integer tensor: the examples of each client
+      that count (its first ones).
+
+  Returns:
+    A list shaped like `weights`: F_k stacked on the leading axis.
+  """
+  batch_loss = client_work.unconverted(model.batch_loss)
+  weights = [tf.convert_to_tensor(w) for w in weights]
+  k = tf.shape(weights[0])[0]
+  sums = tuple(tf.zeros_like(w) for w in weights)  # A tuple: loop variable.
+  seen = tf.zeros(tf.reshape(k, [1]), tf.int64)  # Examples before the step.
+  counts = tf.zeros(tf.reshape(k, [1]), tf.float32)
+  if max_examples is not None:
+    max_examples = tf.cast(max_examples, tf.int64)
+
+  for batch in iter(dataset):
+    mask = batch[MASK_KEY]  # [K, B]
+    rows = tf.cast(mask, tf.int64)
+    position = seen[:, tf.newaxis] + tf.cumsum(rows, axis=1) - 1
+    counted = mask
+    if max_examples is not None:
+      counted = tf.logical_and(mask, position < max_examples[:, tf.newaxis])
+    index = tf.where(counted)  # [N, 2]: (client, row).
+    client = index[:, 0]
+    copies = [tf.gather(w, client) for w in weights]
+    x = tf.gather_nd(batch[X_KEY], index)[:, tf.newaxis]
+    y = tf.gather_nd(batch[Y_KEY], index)[:, tf.newaxis]
+    with tf.GradientTape() as tape:
+      tape.watch(copies)
+      loss, _ = batch_loss(copies, (x, y),
+                           tf.ones(tf.shape(x)[:2], tf.bool))
+      total = tf.reduce_sum(loss)
+    gradients = tape.gradient(total, copies)
+    sums = tuple(
+        s + tf.math.unsorted_segment_sum(tf.square(tf.convert_to_tensor(g)),
+                                         client, k)
+        for s, g in zip(sums, gradients))
+    counts += tf.reduce_sum(tf.cast(counted, tf.float32), axis=1)
+    seen += tf.reduce_sum(rows, axis=1)
+  return [tf.math.divide_no_nan(s, _leading(counts, s)) for s in sums]
 
 
 def stats_dtypes_of(model: StackedModel, weight_specs: Sequence[Any],
@@ -413,10 +677,20 @@ def stats_dtypes_of(model: StackedModel, weight_specs: Sequence[Any],
 
 
 def _group_update(local_result, client_weighting):
-  """(update, weight, summed stats, non-finite count) of one group."""
+  """(update, weight, extras, summed stats, non-finite count) of one group.
+
+  `extras` (with a report pass) are the report's entries summed over the
+  group's finite clients, else `None`. A client with a non-finite entry in
+  its delta or its report drops out of all of them (as the per-client path
+  zeroes its whole update and weight).
+  """
   delta = local_result[DELTA_KEY]
+  extras = local_result.get(EXTRAS_KEY)
+  checked = list(delta)
+  if extras is not None:
+    checked += [e for e in tf.nest.flatten(extras) if e.dtype.is_floating]
   per_client = [tf.reduce_all(tf.math.is_finite(tf.reshape(
-      d, [tf.shape(d)[0], -1])), axis=1) for d in delta]
+      d, [tf.shape(d)[0], -1])), axis=1) for d in checked]
   finite = tf.reduce_all(tf.stack(per_client), axis=0)  # [K]
   if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
     weights = tf.cast(local_result[NUM_EXAMPLES_KEY], tf.float32)
@@ -430,11 +704,16 @@ def _group_update(local_result, client_weighting):
     weighted = tf.reduce_sum(_leading(tf.cast(weights, d.dtype), d) * d,
                              axis=0)
     update.append(tf.math.divide_no_nan(weighted, tf.cast(total, d.dtype)))
+  if extras is not None:
+    extras = tf.nest.map_structure(
+        lambda e: tf.reduce_sum(
+            tf.where(_leading(finite, e), e, tf.zeros_like(e)), axis=0),
+        extras)
   stats = collections.OrderedDict(
       (name, tf.reduce_sum(tf.where(finite, value, tf.zeros_like(value))))
       for name, value in local_result[STATS_KEY].items())
   non_finite = tf.reduce_sum(tf.cast(tf.logical_not(finite), tf.int32))
-  return update, total, stats, non_finite
+  return update, total, extras, stats, non_finite
 
 
 def _type_of(tensors: Any) -> tff.Type:
@@ -448,6 +727,9 @@ def build_stacked_local_training(
     stacked_model: StackedModel,
     client_optimizer: tff.learning.optimizers.Optimizer,
     *,
+    objective: client_work.LocalObjective = client_work.LocalObjective(),
+    broadcast_type: Optional[tff.Type] = None,
+    report_fn: Optional[Callable[..., Any]] = None,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
@@ -460,6 +742,13 @@ def build_stacked_local_training(
     stacked_model: The same model as a `StackedModel`.
     client_optimizer: The client optimizer (SGD, with or without
       momentum), with a `learning_rate` hyper-parameter.
+    objective: The clients' local objective (penalty, look-ahead, step
+      count; module docstring), as `client_work.build_local_training`
+      takes it.
+    broadcast_type: The unplaced type of what the distributor sends; the
+      model's `ModelWeights` type when `None`.
+    report_fn: Optional stacked report pass (module docstring); the update
+      is then `{'delta': ..., **its entries}`, each summed over the group.
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`, per client.
     learning_rate_schedule: Optional round number -> client learning rate.
 
@@ -472,9 +761,11 @@ def build_stacked_local_training(
     TypeError: If `client_weighting` is not a `tff.learning.ClientWeighting`
       or the optimizer has no `learning_rate`.
     ValueError: If the model has non-trainable variables, the optimizer
-      keeps state other than one tensor per weight, or the stacked model's
-      metrics do not have the structure of the model's.
+      keeps state other than one tensor per weight, the objective has a
+      loss hook, or the stacked model's metrics do not have the structure
+      of the model's.
   """
+  check_objective(objective)
   if not isinstance(client_weighting, tff.learning.ClientWeighting):
     raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
                     f'got {client_weighting!r}.')
@@ -502,6 +793,10 @@ def build_stacked_local_training(
     raise ValueError('The stacked model reports metrics of type '
                      f'{stacked_metrics_type}, the model {metrics_type}.')
   data_type = tff.SequenceType(group_element_type(input_spec))
+  if broadcast_type is None:
+    broadcast_type = weights_type
+  hooks = (objective.penalty is not None or objective.look_ahead is not None
+           or report_fn is not None)
 
   initial_hparams = client_optimizer.get_hparams(
       client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
@@ -543,24 +838,32 @@ def build_stacked_local_training(
          state[client_work.OPTIMIZER_HPARAMS_KEY]),
     ])
 
-  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
   def group_update(hparams, broadcast, dataset):
     train = build_local_training_fn(stacked_model, client_optimizer,
-                                    stats_dtypes)
+                                    stats_dtypes, objective=objective,
+                                    report_fn=report_fn)
     first = dataset.take(1).get_single_element()
     k = tf.shape(first[MASK_KEY])[0]
-    start = [_stack(w, k) for w in broadcast.trainable]
-    result = train(hparams, start, dataset)
-    update, weight, stats, non_finite = _group_update(result,
-                                                      client_weighting)
-    update = tf.nest.pack_sequence_as(list(broadcast.trainable), update)
+    trainable = client_work.model_weights_of(broadcast).trainable
+    start = [_stack(w, k) for w in trainable]
+    if hooks:
+      result = train(hparams, start, dataset, broadcast)
+    else:
+      result = train(hparams, start, dataset)
+    update, weight, extras, stats, non_finite = _group_update(
+        result, client_weighting)
+    update = tf.nest.pack_sequence_as(list(trainable), update)
+    if extras is not None:
+      update = collections.OrderedDict([(DELTA_KEY, update)] +
+                                       list(extras.items()))
     return (tff.learning.templates.ClientResult(update=update,
                                                 update_weight=weight),
             stacked_model.unfinalized_metrics(stats), non_finite)
 
   @tff.federated_computation(
       init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(broadcast_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS),
   )
   def next_fn(state, broadcast, group_data):
