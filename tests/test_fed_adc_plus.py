@@ -6,7 +6,6 @@ import tensorflow as tf
 
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.algorithms import fed_adc
 from tff_opt.round import losses
 
 LAM = 0.35
@@ -20,7 +19,7 @@ def test_target_on_a_hand_made_example():
   teacher = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]], np.float32)
   labels = np.array([0, 2])
   rho = np.array([1.0, 0.5, 0.0], np.float32)
-  got = fed_adc.self_confidence_target(teacher, labels, rho).numpy()
+  got = losses.self_confidence_target(teacher, labels, rho).numpy()
   # Row 0 (y = 0): class 1 -> 0.5 * 0.3, class 2 -> 1.0 * 0.2.
   # Row 1 (y = 2): class 0 -> 0 * 0.1, class 1 -> 0.5 * 0.6.
   want = np.array([[1 - 0.15 - 0.2, 0.15, 0.2], [0.0, 0.3, 0.7]])
@@ -33,10 +32,10 @@ def test_target_is_teacher_when_rho_is_zero_and_label_when_rho_is_one():
   teacher = rng.dirichlet(np.ones(4), size=5).astype(np.float32)
   labels = np.array([0, 3, 1, 1, 2])
   np.testing.assert_allclose(
-      fed_adc.self_confidence_target(teacher, labels, np.zeros(4)).numpy(),
+      losses.self_confidence_target(teacher, labels, np.zeros(4)).numpy(),
       teacher, rtol=1e-6, atol=1e-7)
   np.testing.assert_array_equal(
-      fed_adc.self_confidence_target(teacher, labels, np.ones(4)).numpy(),
+      losses.self_confidence_target(teacher, labels, np.ones(4)).numpy(),
       np.eye(4, dtype=np.float32)[labels])
 
 
@@ -46,7 +45,7 @@ def test_label_proportions_and_confidences():
       (np.zeros((6, 1), np.float32), labels)).batch(4)
   gamma = losses.label_proportions(dataset, num_classes=4).numpy()
   np.testing.assert_allclose(gamma, [2 / 6, 0.0, 4 / 6, 0.0], rtol=1e-6)
-  np.testing.assert_allclose(fed_adc.confidences(gamma).numpy(),
+  np.testing.assert_allclose(losses.confidences(gamma).numpy(),
                              [0.5, 0.0, 1.0, 0.0], rtol=1e-6)
 
 

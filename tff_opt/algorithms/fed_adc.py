@@ -79,80 +79,7 @@ from tff_opt.round import momentum as momentum_lib
 
 VARIANTS = ('heavy_ball', 'nesterov')
 DEFAULT_DISTILL_LAMBDA = 0.35
-DEFAULT_DISTILL_TEMPERATURE = 4.0  # CS-KD's default (Yun et al. 2020).
-
-
-# --- FedADC+ self-confidence distillation ------------------------------------
-
-
-def self_confidence_target(teacher_probs: tf.Tensor, labels: tf.Tensor,
-                           rho: tf.Tensor) -> tf.Tensor:
-  """The FedADC+ target p_hat of Eq. 8-9.
-
-  Args:
-    teacher_probs: [batch, classes] teacher probabilities p~.
-    labels: [batch] integer true labels y.
-    rho: [classes] confidences rho_i = gamma_i / max_j gamma_j in [0, 1].
-
-  Returns:
-    [batch, classes] targets: (1 - rho_i) * p~_i off the true class, and
-    1 minus their sum on it. rho = 0 gives p~; rho = 1 the one-hot label.
-  """
-  teacher_probs = tf.convert_to_tensor(teacher_probs)
-  num_classes = tf.shape(teacher_probs)[-1]
-  true_class = tf.one_hot(tf.cast(labels, tf.int32), num_classes,
-                          dtype=teacher_probs.dtype)
-  rho = tf.cast(rho, teacher_probs.dtype)
-  off_true = (1.0 - true_class) * (1.0 - rho)[tf.newaxis, :] * teacher_probs
-  return off_true + true_class * (
-      1.0 - tf.reduce_sum(off_true, axis=-1, keepdims=True))
-
-
-def confidences(gamma: tf.Tensor) -> tf.Tensor:
-  """rho_i = gamma_i / max_j gamma_j (zeros when gamma is all zero)."""
-  return gamma / tf.maximum(tf.reduce_max(gamma), 1e-12)
-
-
-def build_self_confidence_loss(distill_lambda: float, temperature: float
-                               ) -> Callable[..., Callable[..., tf.Tensor]]:
-  """Returns a `loss_fn_builder` for the shared client work (FedADC+ loss).
-
-  The built `loss_fn(model, batch, output, broadcast, context)` evaluates a
-  teacher copy of the model, holding the broadcast weights, on the batch and
-  returns (1 - lambda) * output.loss + lambda * tau^2 * mean_batch
-  KL(p_hat || softmax(student_logits / tau)), with rho from
-  `context['client_stats']` (the client's label proportions).
-
-  Args:
-    distill_lambda: lambda in [0, 1].
-    temperature: tau > 0.
-  """
-
-  def builder(model_fn):
-    # Its weights are the broadcast model's, assigned before every use.
-    teacher = client_work_lib.model_to_overwrite(model_fn)
-    teacher_weights = tff.learning.models.ModelWeights.from_model(teacher)
-
-    def loss_fn(model, batch, output, broadcast, context):
-      del model
-      tf.nest.map_structure(lambda v, t: v.assign(t), teacher_weights,
-                            client_work_lib.model_weights_of(broadcast))
-      x, y = client_work_lib.features_and_labels(batch)
-      teacher_logits = tf.stop_gradient(
-          teacher.predict_on_batch(x, training=False))
-      target = tf.stop_gradient(self_confidence_target(
-          tf.nn.softmax(teacher_logits / temperature),
-          tf.reshape(y, [-1]),
-          confidences(context[client_work_lib.CLIENT_STATS_KEY])))
-      log_student = tf.nn.log_softmax(output.predictions / temperature)
-      kl = tf.reduce_sum(tf.math.xlogy(target, target) - target * log_student,
-                         axis=-1)
-      return ((1.0 - distill_lambda) * output.loss +
-              distill_lambda * temperature**2 * tf.reduce_mean(kl))
-
-    return loss_fn
-
-  return builder
+DEFAULT_DISTILL_TEMPERATURE = losses.SELF_CONFIDENCE_TEMPERATURE  # CS-KD's.
 
 
 # --- The recipe and the builder -------------------------------------------
@@ -230,17 +157,17 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
   """FedADC+: `base` with the self-confidence distillation loss.
 
   The base recipe's local objective keeps its penalty and look-ahead; its
-  loss becomes `build_self_confidence_loss(distill_lambda, temperature)`,
-  with the client's label proportions (`losses.label_proportions`) as its
-  statistics.
+  loss becomes `losses.build_self_confidence_loss(distill_lambda,
+  temperature)` (Eq. 7-9), with the client's label proportions
+  (`losses.label_proportions`) as its statistics.
   """
 
   def distilled(weights_type):
     recipe = base(weights_type)
     return dataclasses.replace(recipe, objective=dataclasses.replace(
         recipe.objective,
-        loss_fn_builder=build_self_confidence_loss(distill_lambda,
-                                                   temperature),
+        loss_fn_builder=losses.build_self_confidence_loss(
+            distill_lambda, temperature),
         client_stats_fn=functools.partial(losses.label_proportions,
                                           num_classes=num_classes)))
 

@@ -12,7 +12,7 @@ split for E local epochs (E = 2 in the paper), the body staying frozen:
 
 lambda = mu = 0 is plain calibration; mu > 0 adds FedProx's proximal term
 (`penalties.proximal`, restricted to the fine-tuned variables); lambda > 0 the
-FedADC+ self-confidence distillation (Eq. 7-9, `algorithms.fed_adc`), with
+FedADC+ self-confidence distillation (Eq. 7-9, `round/losses.py`), with
 the global model as teacher and the client's label proportions from its
 train split. The calibrated model and the global one are then evaluated on
 the client's own test split; the paper reports the mean per-client accuracy
@@ -64,8 +64,9 @@ Choices the paper leaves open (each written here, each tested):
 - The summary statistics are over clients, each client counting once
   (unweighted): mean, median, 10th/25th/75th/90th percentiles (NumPy's
   linear interpolation), min, max; also the mean per-client gain.
-- Distillation: as FedADC+ (`algorithms.fed_adc`): tau = 1 by default; the
-  teacher is the global model the client started from.
+- Distillation: as FedADC+ (`round/losses.py`'s `self_confidence_kl`):
+  tau = 4 (CS-KD's, FedADC+'s) by default; the teacher is the global model
+  the client started from.
 """
 
 import collections
@@ -83,7 +84,6 @@ from tff_opt.round import client_work
 from tff_opt.round import losses
 from tff_opt.round import penalties
 from tff_opt.algorithms import _common
-from tff_opt.algorithms import fed_adc
 
 STRATEGY_KEY = 'calibrated'
 BASELINE_KEY = 'baseline_metrics'
@@ -195,7 +195,7 @@ def build_fine_tune_fn(
     variable_indices: Optional[Sequence[int]] = None,
     mu: float = 0.0,
     distill_lambda: float = 0.0,
-    distill_temperature: float = fed_adc.DEFAULT_DISTILL_TEMPERATURE,
+    distill_temperature: float = losses.SELF_CONFIDENCE_TEMPERATURE,
 ) -> Callable[[], Callable[..., tf.Tensor]]:
   """Returns a builder of `fine_tune(model, train_data) -> num_examples`.
 
@@ -249,7 +249,7 @@ def build_fine_tune_fn(
             lambda t, v: t.assign(v),
             tff.learning.models.ModelWeights.from_model(teacher),
             tff.learning.models.ModelWeights.from_model(model))
-        rho = fed_adc.confidences(
+        rho = losses.confidences(
             losses.label_proportions(batches, num_classes))
       specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in tuned)
       state = optimizer.initialize(specs)
@@ -259,16 +259,12 @@ def build_fine_tune_fn(
           loss = output.loss
           if teacher is not None:
             x, y = client_work.features_and_labels(batch)
-            target = tf.stop_gradient(fed_adc.self_confidence_target(
-                tf.nn.softmax(teacher.predict_on_batch(x, training=False) /
-                              distill_temperature),
-                tf.reshape(y, [-1]), rho))
-            log_student = tf.nn.log_softmax(
-                output.predictions / distill_temperature)
-            kl = tf.reduce_sum(
-                tf.math.xlogy(target, target) - target * log_student, -1)
+            kl = losses.self_confidence_kl(
+                output.predictions,
+                teacher.predict_on_batch(x, training=False), y, rho,
+                distill_temperature)
             loss = ((1.0 - distill_lambda) * loss + distill_lambda *
-                    distill_temperature**2 * tf.reduce_mean(kl))
+                    distill_temperature**2 * kl)
           if mu > 0:
             loss += penalties.proximal(tuned, anchor, learning_rate=None,
                                        mu=mu)
@@ -296,7 +292,7 @@ def build_personalization_eval(
     variable_indices: Optional[Sequence[int]] = None,
     mu: float = 0.0,
     distill_lambda: float = 0.0,
-    distill_temperature: float = fed_adc.DEFAULT_DISTILL_TEMPERATURE,
+    distill_temperature: float = losses.SELF_CONFIDENCE_TEMPERATURE,
     eval_batch_size: int = 128,
 ) -> tff.Computation:
   """Builds the calibration evaluation (TFF's personalization computation).

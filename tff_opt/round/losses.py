@@ -1,4 +1,5 @@
-"""Local objectives that replace the model's loss: FedNTD, FedRS, FedGKD.
+"""Local objectives that replace the model's loss: FedNTD, FedRS, FedGKD,
+FedADC+.
 
 Each is written here once, as its paper's equation: a pure function of the
 logits, the labels and what the client knows (a teacher's logits, the classes
@@ -145,6 +146,56 @@ def restricted_logits(logits, present, alpha) -> tf.Tensor:
   scale = tf.where(tf.cast(present, tf.bool), tf.ones([], logits.dtype),
                    tf.cast(alpha, logits.dtype))
   return logits * scale
+
+
+# FedADC+'s default temperature: CS-KD's (Yun et al. 2020), whose
+# implementation the FedADC paper follows (`algorithms/fed_adc.py`).
+SELF_CONFIDENCE_TEMPERATURE = 4.0
+
+
+def confidences(gamma: tf.Tensor) -> tf.Tensor:
+  """FedADC+'s rho_i = gamma_i / max_j gamma_j (zeros when gamma is all 0)."""
+  return gamma / tf.maximum(tf.reduce_max(gamma), 1e-12)
+
+
+def self_confidence_target(teacher_probs: tf.Tensor, labels: tf.Tensor,
+                           rho: tf.Tensor) -> tf.Tensor:
+  """The FedADC+ target p_hat of Eq. 8-9.
+
+  Args:
+    teacher_probs: [batch, classes] teacher probabilities p~.
+    labels: [batch] integer true labels y.
+    rho: [classes] confidences rho_i = gamma_i / max_j gamma_j in [0, 1].
+
+  Returns:
+    [batch, classes] targets: (1 - rho_i) * p~_i off the true class, and
+    1 minus their sum on it. rho = 0 gives p~; rho = 1 the one-hot label.
+  """
+  teacher_probs = tf.convert_to_tensor(teacher_probs)
+  num_classes = tf.shape(teacher_probs)[-1]
+  true_class = tf.one_hot(tf.cast(labels, tf.int32), num_classes,
+                          dtype=teacher_probs.dtype)
+  rho = tf.cast(rho, teacher_probs.dtype)
+  off_true = (1.0 - true_class) * (1.0 - rho)[tf.newaxis, :] * teacher_probs
+  return off_true + true_class * (
+      1.0 - tf.reduce_sum(off_true, axis=-1, keepdims=True))
+
+
+def self_confidence_kl(logits, teacher_logits, labels, rho,
+                       temperature) -> tf.Tensor:
+  """FedADC+'s (1/N) sum_n KL(p_hat_n || q^tau(z_n)) (Eq. 7, before tau^2).
+
+  p_hat is `self_confidence_target` of the teacher's q^tau(z_g), a constant
+  (`tf.stop_gradient`). The callers (`build_self_confidence_loss`,
+  `program/personalization.py`'s fine-tuning) weigh it by lambda * tau^2.
+  """
+  target = tf.stop_gradient(self_confidence_target(
+      tf.nn.softmax(teacher_logits / temperature), tf.reshape(labels, [-1]),
+      rho))
+  log_student = tf.nn.log_softmax(logits / temperature)
+  kl = tf.reduce_sum(tf.math.xlogy(target, target) - target * log_student,
+                     axis=-1)
+  return tf.reduce_mean(kl)
 
 
 def label_proportions(dataset: tf.data.Dataset,
@@ -312,6 +363,41 @@ def build_gkd_loss(gamma: float, temperature: float) -> LossFnBuilder:
       teacher_logits = teacher.predict_on_batch(x, training=False)
       return fed_gkd_loss(output.predictions, teacher_logits, y, gamma=gamma,
                           temperature=temperature, ce=output.loss)
+
+    return loss_fn
+
+  return builder
+
+
+def build_self_confidence_loss(distill_lambda: float, temperature: float
+                               ) -> LossFnBuilder:
+  """FedADC+'s `loss_fn_builder` (Eq. 7): teacher = broadcast w_t.
+
+  The built `loss_fn(model, batch, output, broadcast, context)` evaluates a
+  teacher copy of the model, holding the broadcast weights, on the batch and
+  returns (1 - lambda) * output.loss + lambda * tau^2 *
+  `self_confidence_kl`, with rho (`confidences`) from
+  `context['client_stats']` (the client's label proportions).
+
+  Args:
+    distill_lambda: lambda in [0, 1].
+    temperature: tau > 0.
+  """
+
+  def builder(model_fn):
+    teacher, teacher_weights = _teacher(model_fn)
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model
+      _assign(teacher_weights, client_work.model_weights_of(broadcast))
+      x, y = client_work.features_and_labels(batch)
+      teacher_logits = tf.stop_gradient(
+          teacher.predict_on_batch(x, training=False))
+      kl = self_confidence_kl(
+          output.predictions, teacher_logits, y,
+          confidences(context[client_work.CLIENT_STATS_KEY]), temperature)
+      return ((1.0 - distill_lambda) * output.loss +
+              distill_lambda * temperature**2 * kl)
 
     return loss_fn
 
