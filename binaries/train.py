@@ -986,23 +986,52 @@ def _vectorized_process(hparams: dict, task, process):
 
 
 def _check_workers_can_run(hparams: dict, process) -> None:
-  """Refuses --workers for a process that returns per-client state.
+  """Refuses --workers for a process TFF 0.87's workers cannot run.
 
-  TFF 0.87's mergeable-computation context concatenates client-placed
-  results in the order the workers finish, not in the clients' order, so
-  per-client states (SCAFFOLD, FedDyn, FedBN) would go to the wrong clients.
+  Client states travel with each client's position in the round
+  (`client_states.compose`), so client-stateful processes run there. Two
+  things are refused, before anything is written:
+
+  - FedCurv with per-client state (Eq. 3, or under FedBN): TFF's
+    multi-worker form trains each client twice, once for the aggregate and
+    once (after the merge) for the client's new state, and FedCurv's Fisher
+    pass reads the client's dataset a second time. With a reshuffling
+    dataset (every task's) the two runs saw different example orders
+    (tests/test_workers_stateful.py: the server's Fisher sums off by up to
+    0.09 from a local run's while the stored ones equalled it), so Eq. 3's
+    subtraction of a client's own terms would subtract other terms.
+  - A round that TFF's multi-worker compiler cannot split at a single
+    aggregation (`runtime.check_runs_on_workers`; no registered algorithm
+    has one). The compiled form is cached for the first round.
 
   Raises:
-    UsageError: If --workers is set and `process` keeps per-client state.
+    UsageError: If --workers is set and `process` is one of the above.
   """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_opt.round import client_states  # pylint: disable=g-import-not-at-top
-  if hparams['workers'] and client_states.is_client_stateful(process):
-    fedbn = ' --fedbn' if hparams.get('fedbn') else ''
+  if not hparams['workers']:
+    return
+  stateful = client_states.is_client_stateful(process)
+  fedbn = ' --fedbn' if hparams.get('fedbn') else ''
+  head = (f'--workers={hparams["workers"]}: --algorithm='
+          f'{hparams["algorithm"]}{fedbn}')
+  if stateful and hparams['algorithm'] == 'fedcurv':
     raise UsageError(
-        f'--workers={hparams["workers"]}: --algorithm={hparams["algorithm"]}'
-        f'{fedbn} keeps per-client state, which TFF 0.87\'s multi-worker '
-        'context returns in the order the workers finish rather than in the '
-        'clients\' order; run it without --workers.')
+        f'{head} (with per-client state) cannot run on TFF workers: TFF '
+        '0.87\'s multi-worker form trains each client twice (for the '
+        'aggregate, then for its new state) and FedCurv\'s Fisher pass '
+        're-reads the reshuffling client dataset, so the two runs can see '
+        'different example orders and the state a client keeps would not '
+        'come from the training it sent to the server; run it without '
+        '--workers (or with --fedcurv_exact=off and without --fedbn).')
+  computation = process.next_computation if stateful else process.next
+  if not isinstance(computation, tff.Computation):
+    return
+  try:
+    runtime.check_runs_on_workers(computation)
+  except runtime.NotMergeableError as e:
+    raise UsageError(f'{head} cannot run on TFF workers: {e}; run it '
+                     'without --workers.') from e
 
 
 def _set_execution_context(hparams: dict) -> None:

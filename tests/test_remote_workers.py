@@ -296,20 +296,38 @@ def test_wrong_root_certificate_is_a_clear_error(workers, certs, capsys,
     runtime.set_remote_execution_context(address, connect_timeout=2)
 
 
-def test_client_stateful_algorithm_is_refused_on_workers(workers, capsys,
-                                                        tmp_path):
-  # TFF's multi-worker context returns client-placed results in the order
-  # the workers finish: per-client states would reach the wrong clients.
+def test_client_stateful_algorithm_runs_on_workers(workers, capsys,
+                                                   tmp_path):
+  # Client states travel with each client's position in the round
+  # (tff_opt/round/client_states.py); tests/test_workers_stateful.py
+  # compares them, algorithm by algorithm, with a local run's.
   addresses = f'{workers.address("a")},{workers.address("b")}'
+  output_dir = str(tmp_path / 'run')
   code = binary.run_train(*FAST, '--algorithm=scaffold',
-                          f'--workers={addresses}',
-                          f'--output_dir={tmp_path / "run"}')
-  assert code == 2
-  assert capsys.readouterr().err == (
-      f'train: error: --workers={addresses}: --algorithm=scaffold keeps '
-      "per-client state, which TFF 0.87's multi-worker context returns in "
-      "the order the workers finish rather than in the clients' order; run "
-      'it without --workers.\n')
+                          f'--workers={addresses}', f'--output_dir={output_dir}')
+  assert code == 0, capsys.readouterr().err
+  rows = _rows(output_dir)
+  assert [r['round'] for r in rows] == ['1', '2', '3']
+  assert all(np.isfinite(float(r['train_loss'])) for r in rows)
+
+
+def test_round_that_does_not_split_is_refused_in_one_line():
+  # Two dependent aggregates (the aggregate broadcast back, then a second
+  # sum): TFF's multi-worker compiler cannot split the round. No registered
+  # algorithm has one any more; the trainer checks before anything runs.
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import aggregators  # pylint: disable=g-import-not-at-top
+  process = aggregators.ClientCosineFactory().create(
+      tff.types.to_type((np.float32, [2])), tff.types.to_type(np.float32))
+  hparams = {'workers': '127.0.0.1:1', 'algorithm': 'fedptr_s'}
+  with pytest.raises(train.UsageError) as error:
+    train._check_workers_can_run(hparams, process)  # pylint: disable=protected-access
+  assert str(error.value) == (
+      '--workers=127.0.0.1:1: --algorithm=fedptr_s cannot run on TFF '
+      'workers: one of its aggregates is computed from another aggregate\'s '
+      'result in the same round, and TFF 0.87\'s multi-worker context splits '
+      'a round at a single aggregation; run it without --workers.')
+  train._check_workers_can_run({**hparams, 'workers': ''}, process)  # pylint: disable=protected-access
 
 
 def test_worker_killed_mid_run_then_resume_loses_nothing(

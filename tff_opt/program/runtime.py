@@ -48,6 +48,7 @@ it logs one line and does nothing.
 import atexit
 from collections.abc import Callable, Sequence
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -63,9 +64,11 @@ import psutil
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2_grpc
 from tensorflow_federated.python.core.backends.native import compiler as native_compiler
+from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import remote_executor
@@ -469,6 +472,12 @@ _install_hooks()
 # worker runs its clients up to the aggregation, the partial aggregates are
 # merged, and the rest of the round (the server update) runs on one of them.
 #
+# A computation whose round has two aggregations, one computed from the
+# other's result, has no such form: `check_runs_on_workers` says so in one
+# line before a run starts (the trainer's usage error). Client-placed results
+# come back in the order the workers finish; `client_states.compose` tags
+# each client's new state with its position in the round for that reason.
+#
 # SECURITY: a TFF worker executes whatever computation it is sent (arbitrary
 # TensorFlow graphs, which can read and write files). A worker reachable from
 # an untrusted network is remote code execution on its host. Run workers only
@@ -694,11 +703,13 @@ def set_remote_execution_context(
   merges the partial aggregates, so a round gives the same result as on one
   machine up to the order of float additions.
 
-  Limitation (TFF 0.87): results placed at the clients come back
-  concatenated in the order the workers finish, not in the clients' order.
-  A `LearningProcess`'s outputs are server-placed and unaffected; a process
-  that returns per-client state (`client_states.ClientStatefulProcess`:
-  SCAFFOLD, FedDyn, FedBN) must not run here (`binaries.train` refuses it).
+  Limitations (TFF 0.87): results placed at the clients come back
+  concatenated in the order the workers finish, not in the clients' order
+  (`client_states.compose` returns each client's position with its state,
+  and `ClientStatefulProcess.next` files the states by position); a round
+  must split at a single aggregation (`check_runs_on_workers`). The partial
+  aggregates of the workers are added together, so results equal a local
+  run's up to the order of float additions.
 
   SECURITY: a worker executes whatever computation it is sent; one exposed
   to an untrusted network is remote code execution. Use workers only on a
@@ -741,7 +752,48 @@ def set_remote_execution_context(
                              tls_root_certificates=tls_root_certificates)
     wait_for_worker(channel, address, connect_timeout)
     contexts.append(_remote_context(channel, address))
-  tff.backends.native.set_mergeable_comp_execution_context(contexts)
+  tff.framework.set_default_context(
+      mergeable_comp_execution_context.MergeableCompExecutionContext(
+          async_contexts=contexts, compiler_fn=_mergeable_form))
+
+
+@functools.lru_cache(maxsize=32)
+def _mergeable_form(computation):
+  """TFF's compiler for its multi-worker context, cached (see below)."""
+  return mergeable_comp_compiler.compile_to_mergeable_comp_form(computation)
+
+
+class NotMergeableError(ValueError):
+  """A computation cannot run on TFF workers (`check_runs_on_workers`)."""
+
+
+def check_runs_on_workers(computation: tff.Computation) -> None:
+  """Raises unless `computation` compiles for TFF's multi-worker context.
+
+  TFF 0.87's multi-worker context splits a round at its one aggregation
+  (`mergeable_comp_compiler`); a round with an aggregate computed from
+  another aggregate's result cannot be split. The compiled form is cached:
+  the context set by `set_remote_execution_context` reuses it on the first
+  call, so checking first costs nothing.
+
+  Args:
+    computation: The `tff.Computation` to run, e.g. a process's `next`.
+
+  Raises:
+    NotMergeableError: With one line saying why, if it does not compile.
+  """
+  try:
+    _mergeable_form(computation)
+  except (ValueError, TypeError) as e:
+    text = ' '.join(str(e).split())
+    if text.startswith('Detected one aggregate dependent on another'):
+      reason = ('one of its aggregates is computed from another aggregate\'s '
+                'result in the same round, and TFF 0.87\'s multi-worker '
+                'context splits a round at a single aggregation')
+    else:
+      reason = ('TFF 0.87\'s multi-worker compiler refuses its round: '
+                f'{type(e).__name__}: {text[:200]}')
+    raise NotMergeableError(reason) from e
 
 
 # --- GPUs --------------------------------------------------------------------

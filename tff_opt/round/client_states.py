@@ -35,6 +35,36 @@ the client work receives), and `to_server(update)` maps, at the client,
 the client's update to what it sends to the aggregator (the new client
 state still sees the whole update; `bytes_client_to_server` counts what is
 sent).
+
+Positions, so that a round gives each client its own new state whatever
+order its results come back in. `compose`'s computation takes, besides the
+data and the states, each client's position in the round (an int32
+CLIENTS-placed value, `0..n-1`) and returns, per client,
+`{'position': p, 'state': new state}`; `ClientStatefulProcess.next` puts
+each state back at the position it names, and raises if a position is
+missing, repeated or out of range. Locally TFF returns the clients in their
+order and this changes nothing (the states are the same tensors, put back
+in the same order). Over TFF 0.87's multi-worker context
+(`runtime.set_remote_execution_context`) the arguments are split into
+contiguous slices, one per worker, in the clients' order (the data, the
+states and the positions alike, so inputs stay matched), but the slices'
+CLIENTS-placed results are concatenated in the order the workers finish:
+the positions undo that. The stored state (`pack`/`unpack`, the
+checkpoints) is unchanged: only what travels through the computation
+carries the position. The server's results do not depend on that order
+except through the order of float additions when partial aggregates are
+merged.
+
+Cost over workers: TFF's mergeable form (`mergeable_comp_compiler`) runs a
+round as `up_to_merge` (clients up to the aggregate) and `after_merge`
+(from the merged aggregate on); nothing but the aggregate passes between
+the two, so `after_merge` runs each client's local training again to
+compute its new state. A client-stateful round on workers therefore trains
+every client twice, and the two runs must agree: they do for every
+algorithm here but FedCurv (tests/test_workers_stateful.py compares the
+states with a local run's), whose Fisher pass re-reads a reshuffling
+dataset and whose two runs saw different example orders; `binaries.train`
+refuses FedCurv with client state on workers.
 """
 
 import collections
@@ -49,6 +79,10 @@ from tff_opt import tff_types
 from tff_opt.round import composers
 
 CLIENT_STATE_KEY = 'client_state'
+# What each client returns from a round of `compose`'s computation: its
+# position in the round (as given) and its new state.
+POSITION_KEY = 'position'
+STATE_KEY = 'state'
 # The flag of a client state that is a client's own once it took part (the
 # initial state's is False; SCAFFOLD's c_i, FedBN's batch norm).
 INITIALIZED_KEY = 'initialized'
@@ -60,15 +94,22 @@ class ClientStatefulProcess:
   Attributes:
     initialize: `tff.Computation` () -> server state, as a LearningProcess.
     next_computation: `tff.Computation` (state, data@CLIENTS,
-      client_states@CLIENTS) -> (LearningProcessOutput, client_states@CLIENTS).
+      client_states@CLIENTS) -> (LearningProcessOutput, client_states@CLIENTS);
+      with `positions=True`, (state, data@CLIENTS, client_states@CLIENTS,
+      positions@CLIENTS) -> (LearningProcessOutput,
+      {'position', 'state'}@CLIENTS) (see the module docstring).
     get_model_weights, set_model_weights, get_hparams, set_hparams: as for a
       `tff.learning.templates.LearningProcess`.
     client_state_type: The unplaced type of one client's state.
+    positions: Whether `next_computation` takes each client's position and
+      returns it with the client's new state (`compose`'s processes); `next`
+      then files each state under its position.
   """
 
   def __init__(self, *, initialize, next_computation, get_model_weights,
                set_model_weights, get_hparams, set_hparams,
-               initial_client_state, client_state_type):
+               initial_client_state, client_state_type,
+               positions: bool = False):
     self.initialize = initialize
     self.next_computation = next_computation
     self.get_model_weights = get_model_weights
@@ -77,6 +118,7 @@ class ClientStatefulProcess:
     self.set_hparams = set_hparams
     self._initial_client_state = initial_client_state
     self.client_state_type = client_state_type
+    self.positions = positions
 
   def initial_client_state(self):
     """The state (NumPy structure) of a client seen for the first time."""
@@ -96,14 +138,52 @@ class ClientStatefulProcess:
       the latter a list in the order of `client_data`.
 
     Raises:
-      ValueError: If the two lists differ in length.
+      ValueError: If the two lists differ in length, or (with positions)
+        the computation returns a position that is missing, repeated or out
+        of range.
     """
     if len(client_data) != len(client_states):
       raise ValueError(f'Got {len(client_data)} client datasets but '
                        f'{len(client_states)} client states.')
-    output, new_states = self.next_computation(state, list(client_data),
-                                               list(client_states))
-    return output, list(new_states)
+    if not self.positions:
+      output, new_states = self.next_computation(state, list(client_data),
+                                                 list(client_states))
+      return output, list(new_states)
+    positions = [np.int32(i) for i in range(len(client_data))]
+    output, tagged = self.next_computation(state, list(client_data),
+                                           list(client_states), positions)
+    return output, in_position_order(tagged, len(client_data))
+
+
+def in_position_order(tagged: Sequence[Any], num_clients: int) -> list:
+  """The states of `tagged` (`{'position', 'state'}`s), by position.
+
+  Args:
+    tagged: What a round returned for its clients, in any order.
+    num_clients: How many clients the round had.
+
+  Returns:
+    The states, the one tagged with position i at index i.
+
+  Raises:
+    ValueError: If the positions are not exactly `0..num_clients-1`, each
+      once.
+  """
+  states = [None] * num_clients
+  seen = [False] * num_clients
+  positions = [int(np.asarray(item[POSITION_KEY])) for item in tagged]
+  for position, item in zip(positions, tagged):
+    if not 0 <= position < num_clients or seen[position]:
+      break
+    seen[position] = True
+    states[position] = item[STATE_KEY]
+  if len(tagged) != num_clients or not all(seen):
+    raise ValueError(
+        f'A round of {num_clients} clients returned client states for '
+        f'positions {sorted(positions)}; expected each of 0..'
+        f'{num_clients - 1} once (a client\'s new state would be filed under '
+        'another client).')
+  return states
 
 
 def is_client_stateful(process) -> bool:
@@ -181,16 +261,24 @@ def compose(
   init_fn = composers.initialize_fn(initial_model_weights_fn, *parts)
   state_type = init_fn.type_signature.result
 
+  @tff.tensorflow.computation(np.int32, client_state_type)
+  def with_position(position, client_state):
+    return collections.OrderedDict([(POSITION_KEY, position),
+                                    (STATE_KEY, client_state)])
+
   @tff.federated_computation(
       state_type, data_type,
-      tff.FederatedType(client_state_type, tff.CLIENTS))
-  def next_fn(state, client_data, client_states):
+      tff.FederatedType(client_state_type, tff.CLIENTS),
+      tff.FederatedType(np.int32, tff.CLIENTS))
+  def next_fn(state, client_data, client_states, client_positions):
     new_state, metrics, merged, client_output = composers.run_round(
         state, client_data, *parts,
         to_clients=lambda broadcast: tff.federated_map(
             merge, (broadcast, client_states)))
     updated_states = tff.federated_map(
         new_client_state, (merged, client_output.result.update))
+    updated_states = tff.federated_map(
+        with_position, (client_positions, updated_states))
     metrics['communication'] = tff.federated_value(bytes_metrics, tff.SERVER)
     return (tff.learning.templates.LearningProcessOutput(
         new_state, tff.federated_zip(metrics)), updated_states)
@@ -205,7 +293,8 @@ def compose(
       get_hparams=accessors['get_hparams_fn'],
       set_hparams=accessors['set_hparams_fn'],
       initial_client_state=initial_client_state,
-      client_state_type=client_state_type)
+      client_state_type=client_state_type,
+      positions=True)
 
 
 def _after_client_map(to_server, update_type, aggregator):

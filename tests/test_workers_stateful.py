@@ -1,0 +1,269 @@
+"""Client-stateful algorithms and FedPTR on two loopback TFF workers.
+
+TFF 0.87's multi-worker context splits a round's clients into contiguous
+slices, one per worker, and returns client-placed results in the order the
+workers finish. `client_states.compose` therefore sends each client its
+position in the round and gets it back with the client's new state, and
+`ClientStatefulProcess.next` files each state under its position
+(`tff_opt/round/client_states.py`). FedPTR's client cosine is computed in
+one aggregation (`fed_ptr.OnePassClientCosineFactory`), which the
+multi-worker compiler accepts.
+
+Each algorithm runs `ROUNDS` rounds of `training_loop.run_training` (3 of
+6 clients a round, so the slices are 2 and 1 clients; shuffled datasets)
+locally, then on two `binaries.worker` children; the server state and
+every client state must agree. Measured (this file's settings, largest
+|worker - local| over every leaf of the server state and of every client
+state): 0, bit for bit, for scaffold, feddyn, fedbn (over FedOpt, a
+batch-norm model), moon, feddc, fedptr_s and fedptr (client side). With
+slices of 2 and 1 the workers' partial sums add in the order a local run
+adds (c1+c2)+c3; other splits differ by float rounding (FedOpt: 3.0e-8
+after one round of 5 clients, README's --workers section). The tolerance,
+rtol=1e-5 and atol=1e-6, is the one tests/test_remote_workers.py uses for
+FedOpt; a client state filed under another client is off by O(0.01-0.1).
+
+FedCurv with client state (Eq. 3) is refused (`binaries/train.py`,
+`_check_workers_can_run`): here its server state differed from the local
+run's by up to 0.09 after one round (its Fisher sums and its update came
+from another order of the shuffled data) while the client states, computed
+by TFF's second run of the clients after the merge, equalled the local
+run's; the last test checks that one-line refusal.
+
+A second test makes the last worker's results come back first (the order
+TFF 0.87 returns when that worker finishes first), which would file states
+under the wrong clients without the positions.
+
+Local references are computed before any worker starts (a local context
+stops TFF's workers); the module's fixture stops the workers it starts and
+puts TFF's local context back.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
+
+from tests import binary
+from tests import test_remote_workers
+from tests import test_resume_stateful
+from tests import tiny
+from tff_opt import algorithms
+from tff_opt.algorithms import fed_ptr
+from tff_opt.program import runtime
+from tff_opt.program import training_loop
+from tff_opt.round import aggregators
+from tff_opt.round import client_states
+
+# TFF warns that BN statistics are not updated by *its* training loops;
+# tff-opt's client work does update them (tests/test_fed_bn.py).
+pytestmark = pytest.mark.filterwarnings(
+    'ignore:Batch Normalization contains non-trainable')
+
+ROUNDS = 3
+RTOL, ATOL = 1e-5, 1e-6
+CLIENTS = test_resume_stateful.CLIENTS
+
+
+def _sgd(lr):
+  return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+
+
+BUILDERS = {
+    'scaffold': lambda: algorithms.build_scaffold(
+        tiny.model_fn, client_optimizer_fn=_sgd(0.1),
+        server_optimizer_fn=_sgd(1.0)),
+    **{name: test_resume_stateful.BUILDERS[name] for name in (
+        'feddyn', 'fedbn', 'moon', 'feddc', 'fedptr_s', 'fedptr_client')},
+}
+
+
+def _dataset(client_id):
+  x, y = CLIENTS[client_id]
+  return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(16).batch(4)
+
+
+def _train(process):
+  return training_loop.run_training(
+      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
+      clients_per_round=3, rounds=ROUNDS, seed=7, output_dir=None,
+      initial_state=process.initialize(), log=None)
+
+
+def _leaves(structure):
+  return [np.asarray(x) for x in tf.nest.flatten(structure)]
+
+
+def _largest_difference(got, want):
+  """max |got - want| over the server state and every client state."""
+  pairs = list(zip(_leaves(got.state), _leaves(want.state)))
+  for cid, state in (want.client_states or {}).items():
+    pairs += zip(_leaves(got.client_states[cid]), _leaves(state))
+  return max(float(np.max(np.abs(a.astype(np.float64) - b)))
+             if a.size else 0.0 for a, b in pairs)
+
+
+def _assert_same_run(got, want):
+  assert got.start_round == want.start_round
+  got_leaves, want_leaves = _leaves(got.state), _leaves(want.state)
+  assert len(got_leaves) == len(want_leaves)
+  for a, b in zip(got_leaves, want_leaves):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+  if want.client_states is None:
+    assert got.client_states is None
+    return
+  assert sorted(got.client_states) == sorted(want.client_states)
+  for cid, want_state in want.client_states.items():
+    got_state = _leaves(got.client_states[cid])
+    assert len(got_state) == len(_leaves(want_state))
+    for a, b in zip(got_state, _leaves(want_state)):
+      np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=cid)
+
+
+# --- Without workers ---------------------------------------------------------
+
+
+def _tagged(position, value):
+  return collections.OrderedDict([(client_states.POSITION_KEY, np.int32(
+      position)), (client_states.STATE_KEY, value)])
+
+
+def test_states_are_filed_by_position_whatever_their_order():
+  def next_computation(state, data, states, positions):
+    assert positions == [0, 1, 2]
+    # The second worker's slice first, as TFF 0.87 returns it when that
+    # worker finishes first.
+    return 'output', [_tagged(2, states[2] + 1), _tagged(0, states[0] + 1),
+                      _tagged(1, states[1] + 1)]
+
+  process = client_states.ClientStatefulProcess(
+      initialize=None, next_computation=next_computation,
+      get_model_weights=None, set_model_weights=None, get_hparams=None,
+      set_hparams=None, initial_client_state=np.float32(0),
+      client_state_type=None, positions=True)
+  assert process.next('state', ['d0', 'd1', 'd2'], [10, 20, 30]) == (
+      'output', [11, 21, 31])
+
+
+@pytest.mark.parametrize('positions', [[0, 0, 2], [0, 1], [0, 1, 3]])
+def test_missing_or_repeated_positions_are_an_error(positions):
+  tagged = [_tagged(p, p) for p in positions]
+  with pytest.raises(ValueError) as error:
+    client_states.in_position_order(tagged, 3)
+  assert str(error.value) == (
+      f'A round of 3 clients returned client states for positions '
+      f'{sorted(positions)}; expected each of 0..2 once (a client\'s new '
+      'state would be filed under another client).')
+
+
+def test_client_cosine_in_one_aggregation_is_mergeable_and_equal():
+  value_type = tff.types.to_type([(np.float32, [3]), (np.float32, [2])])
+  weight_type = tff.types.to_type(np.float32)
+  old = aggregators.ClientCosineFactory().create(value_type, weight_type)
+  new = fed_ptr.OnePassClientCosineFactory(
+      tff.aggregators.MeanFactory()).create(value_type, weight_type)
+  # The broadcast-then-sum form has two dependent aggregates, which TFF's
+  # multi-worker compiler refuses; the one-pass form has one.
+  with pytest.raises(ValueError, match='Detected one aggregate dependent on '
+                     'another'):
+    mergeable_comp_compiler.compile_to_mergeable_comp_form(old.next)
+  mergeable_comp_compiler.compile_to_mergeable_comp_form(new.next)
+  rng = np.random.default_rng(3)
+  values = [[rng.normal(size=3).astype(np.float32),
+             rng.normal(size=2).astype(np.float32)] for _ in range(4)]
+  values[2] = [np.zeros(3, np.float32), np.zeros(2, np.float32)]
+  weights = [np.float32(w) for w in (2.0, 1.0, 3.0, 0.0)]
+  want = old.next(old.initialize(), values, weights)
+  got = new.next(new.initialize(), values, weights)
+  for a, b in zip(_leaves(got.result), _leaves(want.result)):
+    np.testing.assert_array_equal(a, b)
+  cosine = float(got.measurements[aggregators.CLIENT_COSINE_KEY])
+  # 3 clients took part (the zero update counts, with cosine 0).
+  assert cosine == pytest.approx(
+      float(want.measurements[aggregators.CLIENT_COSINE_KEY]), rel=1e-6)
+  assert 0.0 < cosine < 1.0
+
+
+# --- On two workers ----------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def processes():
+  return {name: build() for name, build in BUILDERS.items()}
+
+
+@pytest.fixture(scope='module')
+def local_runs(processes):
+  runtime.set_local_execution_context()
+  return {name: _train(process) for name, process in processes.items()}
+
+
+@pytest.fixture(scope='module')
+def workers(local_runs, tmp_path_factory):
+  del local_runs  # Computed first: a local context stops TFF workers.
+  pool = test_remote_workers.Workers(str(tmp_path_factory.mktemp('workers')))
+  try:
+    pool.start('a')
+    pool.start('b')
+    pool.wait_ready('a', 'b')
+    runtime.set_remote_execution_context(
+        [('127.0.0.1', pool.ports['a']), ('127.0.0.1', pool.ports['b'])])
+    yield pool
+  finally:
+    pool.stop_all()
+    runtime.set_local_execution_context()
+
+
+@pytest.mark.parametrize('name', sorted(BUILDERS))
+def test_two_workers_give_the_local_states(name, processes, local_runs,
+                                           workers):
+  del workers
+  got = _train(processes[name])
+  want = local_runs[name]
+  _assert_same_run(got, want)
+  if want.client_states is not None:
+    assert len(want.client_states) >= 3  # Several clients kept a state.
+  print(f'{name}: largest |worker - local| = '
+        f'{_largest_difference(got, want):.2g}')
+
+
+def test_states_come_home_when_the_last_worker_finishes_first(
+    processes, local_runs, workers, monkeypatch):
+  del workers
+  after_merge = mergeable_comp_execution_context._invoke_after_merge_in_async_pool  # pylint: disable=protected-access
+  slices = []
+
+  async def last_worker_first(*args, **kwargs):
+    results = await after_merge(*args, **kwargs)
+    slices.append(len(results))
+    return list(reversed(results))
+
+  monkeypatch.setattr(mergeable_comp_execution_context,
+                      '_invoke_after_merge_in_async_pool', last_worker_first)
+  got = _train(processes['scaffold'])
+  assert slices == [2] * ROUNDS  # Two slices a round, reversed.
+  _assert_same_run(got, local_runs['scaffold'])
+
+
+def test_fedcurv_with_client_state_is_refused_in_one_line(workers, capsys,
+                                                          tmp_path):
+  addresses = f'{workers.address("a")},{workers.address("b")}'
+  output_dir = tmp_path / 'run'
+  code = binary.run_train(
+      *test_remote_workers.FAST, '--algorithm=fedcurv', '--lam=0.1',
+      '--fedcurv_exact=on', f'--workers={addresses}',
+      f'--output_dir={output_dir}')
+  assert code == 2
+  assert capsys.readouterr().err == (
+      f'train: error: --workers={addresses}: --algorithm=fedcurv (with '
+      "per-client state) cannot run on TFF workers: TFF 0.87's multi-worker "
+      'form trains each client twice (for the aggregate, then for its new '
+      "state) and FedCurv's Fisher pass re-reads the reshuffling client "
+      'dataset, so the two runs can see different example orders and the '
+      'state a client keeps would not come from the training it sent to the '
+      'server; run it without --workers (or with --fedcurv_exact=off and '
+      'without --fedbn).\n')
+  assert not output_dir.exists()
