@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import portpicker
@@ -311,14 +312,31 @@ def test_client_stateful_algorithm_runs_on_workers(workers, capsys,
   assert all(np.isfinite(float(r['train_loss'])) for r in rows)
 
 
+def two_dependent_aggregates(value_type, weight_type) -> tff.Computation:
+  """A round TFF's multi-worker compiler cannot split: the clients' mean
+  broadcast back to them, then a second sum (their dot products with it)."""
+
+  @tff.tensorflow.computation(value_type, value_type)
+  def dot(value, mean):
+    return tf.add_n([tf.reduce_sum(a * b) for a, b in zip(
+        tf.nest.flatten(value), tf.nest.flatten(mean))])
+
+  @tff.federated_computation(tff.FederatedType(value_type, tff.CLIENTS),
+                             tff.FederatedType(weight_type, tff.CLIENTS))
+  def next_fn(value, weight):
+    mean = tff.federated_mean(value, weight)
+    return tff.federated_sum(tff.federated_map(
+        dot, (value, tff.federated_broadcast(mean))))
+
+  return next_fn
+
+
 def test_round_that_does_not_split_is_refused_in_one_line():
-  # Two dependent aggregates (the aggregate broadcast back, then a second
-  # sum): TFF's multi-worker compiler cannot split the round. No registered
-  # algorithm has one any more; the trainer checks before anything runs.
+  # No registered algorithm has such a round any more (FedPTR's cosine is
+  # one aggregation); the trainer checks before anything runs.
   from binaries import train  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import aggregators  # pylint: disable=g-import-not-at-top
-  process = aggregators.ClientCosineFactory().create(
-      tff.types.to_type((np.float32, [2])), tff.types.to_type(np.float32))
+  process = types.SimpleNamespace(next=two_dependent_aggregates(
+      tff.types.to_type((np.float32, [2])), tff.types.to_type(np.float32)))
   hparams = {'workers': '127.0.0.1:1', 'algorithm': 'fedptr_s'}
   with pytest.raises(train.UsageError) as error:
     train._check_workers_can_run(hparams, process)  # pylint: disable=protected-access

@@ -192,23 +192,9 @@ paper's Figure 2; 0 until there is a previous projection).
 
 Both sides also report, under `aggregator`, `client_global_cosine`: the
 mean over clients of cos(Delta_k, Delta_bar) between each client's update
-and the round's mean update (the other curve of Figure 2), unless
-`report_client_cosine=False`. It is computed in one aggregation
-(`OnePassClientCosineFactory`), as
-
-    (1/K') sum_k cos(Delta_k, Delta_bar)
-        = <sum_k Delta_k / |Delta_k|, Delta_bar> / (K' |Delta_bar|),
-
-the clients summing their unit updates beside the inner aggregate, rather
-than as `aggregators.ClientCosineFactory` does it (the aggregate broadcast
-back to the clients, then a second sum): that second sum depends on the
-first aggregate, which TFF's multi-worker context (`--workers`, its
-mergeable-computation compiler) refuses ("Detected one aggregate dependent
-on another"). The two agree up to float rounding (the metric only; the
-model and every other number are unchanged); the cost is one more
-model-sized sum instead of one more model-sized broadcast. (The factory
-belongs with `aggregators.ClientCosineFactory` in `round/aggregators.py`;
-it sits here because this change could not touch that module.)
+and the round's mean update (`aggregators.ClientCosineFactory`, in one
+aggregation, so that TFF's multi-worker context can split the round; the
+other curve of Figure 2), unless `report_client_cosine=False`.
 """
 
 import collections
@@ -736,90 +722,6 @@ def _delta_only(update):
   return update[client_work_lib.DELTA_KEY]
 
 
-def _flat_float(structure) -> tf.Tensor:
-  return tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
-                    for t in tf.nest.flatten(structure)], 0)
-
-
-class OnePassClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
-  """`aggregators.ClientCosineFactory`'s metric in a single aggregation.
-
-  See the module docstring: the clients send their unit updates (0 for a
-  zero update or a client with weight 0) and a 1 per participating client,
-  summed beside the inner aggregation; the server takes the mean cosine
-  from those sums and the inner aggregate. The result and state are the
-  inner process's; the measurements are `{'inner': inner measurements,
-  'client_global_cosine': float32}`, as `ClientCosineFactory`'s.
-  """
-
-  def __init__(self, inner: tff.aggregators.WeightedAggregationFactory):
-    """Wraps `inner`.
-
-    Args:
-      inner: A weighted aggregation factory whose result has the type of
-        the clients' values.
-
-    Raises:
-      TypeError: If `inner` is not a `WeightedAggregationFactory`.
-    """
-    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
-      raise TypeError('inner must be a tff.aggregators.'
-                      f'WeightedAggregationFactory, got {inner!r}.')
-    self._inner = inner
-
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
-    """Creates the wrapped `AggregationProcess`.
-
-    Raises:
-      TypeError: If the inner result's type is not `value_type`.
-    """
-    inner_process = self._inner.create(value_type, weight_type)
-    result_type = inner_process.next.type_signature.result.result.member
-    if not result_type.is_equivalent_to(value_type):
-      raise TypeError('OnePassClientCosineFactory needs an inner aggregate of '
-                      f'the clients\' value type {value_type}, got '
-                      f'{result_type}.')
-
-    @tff.tensorflow.computation(value_type, weight_type)
-    def unit_update(value, weight):
-      a = _flat_float(value)
-      norm = tf.norm(a)
-      took_part = tf.cast(weight > 0, tf.float32)
-      unit = tf.where(norm > 0.0, a / tf.maximum(norm, 1e-30),
-                      tf.zeros_like(a))
-      return collections.OrderedDict(unit_sum=unit * took_part,
-                                     count=took_part)
-
-    @tff.tensorflow.computation(unit_update.type_signature.result,
-                                value_type)
-    def mean_cosine(sums, aggregate):
-      b = _flat_float(aggregate)
-      norm = tf.norm(b)
-      dot = tf.reduce_sum(sums['unit_sum'] * b)
-      return tf.where(
-          tf.logical_and(sums['count'] > 0.0, norm > 0.0),
-          dot / tf.maximum(norm, 1e-30) / tf.maximum(sums['count'], 1.0),
-          0.0)
-
-    @tff.federated_computation(
-        inner_process.initialize.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      inner_output = inner_process.next(state, value, weight)
-      sums = tff.federated_sum(tff.federated_map(unit_update, (value, weight)))
-      measurements = tff.federated_zip(collections.OrderedDict([
-          (aggregators.INNER_MEASUREMENTS_KEY, inner_output.measurements),
-          (aggregators.CLIENT_COSINE_KEY, tff.federated_map(
-              mean_cosine, (sums, inner_output.result))),
-      ]))
-      return tff.templates.MeasuredProcessOutput(
-          inner_output.state, inner_output.result, measurements)
-
-    return tff.templates.AggregationProcess(inner_process.initialize,
-                                            next_fn)
-
-
 def build_fed_ptr(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -873,8 +775,9 @@ def build_fed_ptr(
       0.5 by default; 0 is plain gradient descent).
     seed: Seed of the initial noise images.
     report_client_cosine: Wrap the delta aggregator in
-      `OnePassClientCosineFactory`, reporting the mean cosine between the
-      clients' updates and their mean (`aggregator/client_global_cosine`).
+      `aggregators.ClientCosineFactory`, reporting the mean cosine between
+      the clients' updates and their mean (`aggregator/
+      client_global_cosine`).
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
     client_lr_schedule: Optional round number -> client learning rate.
     model_aggregator: Weighted aggregation factory for the deltas;
@@ -911,8 +814,7 @@ def build_fed_ptr(
                               layer_adaptive=layer_adaptive,
                               layer_groups=trainable_layer_groups(model_fn))
   if report_client_cosine:
-    model_aggregator = OnePassClientCosineFactory(
-        model_aggregator or tff.aggregators.MeanFactory())
+    model_aggregator = aggregators.ClientCosineFactory(model_aggregator)
   mtt_settings = dict(
       images_per_class=images_per_class, mtt_outer_steps=mtt_outer_steps,
       mtt_inner_steps=mtt_inner_steps, projection_steps=projection_steps,

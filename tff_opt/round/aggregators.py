@@ -26,7 +26,19 @@ a plain (unweighted) mean over the K' clients with a positive weight
 none took part). cos(a, b) is taken over all entries of the update
 flattened into one vector, and is 0 when either norm is 0. With a plain
 server SGD step Delta_bar is the realised global update w_t - w_{t+1} up
-to the server learning rate, which does not change a cosine.
+to the server learning rate, which does not change a cosine. It is
+computed in ONE aggregation, beside the inner one, as
+
+    (1/K') sum_k cos(Delta_k, Delta_bar)
+        = <sum_k Delta_k / |Delta_k|, Delta_bar> / (K' |Delta_bar|)
+
+(each client sends its unit update and a 1; the server takes the dot
+product with the aggregate), not by broadcasting Delta_bar back and summing
+the clients' cosines: that second sum would depend on the first aggregate,
+which TFF 0.87's multi-worker context (`--workers`; its mergeable-
+computation compiler) refuses ("Detected one aggregate dependent on
+another"). The two agree up to float rounding; the cost is one more
+model-sized sum instead of one more model-sized broadcast.
 
 `with_non_trainable_mean` puts the model's non-trainable variables (batch
 norm's moving mean and variance) beside any weighted aggregator: each
@@ -166,20 +178,26 @@ class ClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
       raise TypeError('ClientCosineFactory needs an inner aggregate of the '
                       f'clients\' value type {value_type}, got {result_type}.')
 
-    @tff.tensorflow.computation(value_type, value_type, weight_type)
-    def client_cosine(value, aggregate, weight):
-      a, b = _flat_float(value), _flat_float(aggregate)
-      norms = tf.norm(a) * tf.norm(b)
-      cosine = tf.where(norms > 0.0,
-                        tf.reduce_sum(a * b) / tf.maximum(norms, 1e-30), 0.0)
+    @tff.tensorflow.computation(value_type, weight_type)
+    def unit_update(value, weight):
+      a = _flat_float(value)
+      norm = tf.norm(a)
       took_part = tf.cast(weight > 0, tf.float32)
-      return collections.OrderedDict(cosine=cosine * took_part,
+      unit = tf.where(norm > 0.0, a / tf.maximum(norm, 1e-30),
+                      tf.zeros_like(a))
+      return collections.OrderedDict(unit_sum=unit * took_part,
                                      count=took_part)
 
-    @tff.tensorflow.computation(client_cosine.type_signature.result)
-    def mean_cosine(sums):
-      return tf.where(sums['count'] > 0.0,
-                      sums['cosine'] / tf.maximum(sums['count'], 1.0), 0.0)
+    @tff.tensorflow.computation(unit_update.type_signature.result,
+                                value_type)
+    def mean_cosine(sums, aggregate):
+      b = _flat_float(aggregate)
+      norm = tf.norm(b)
+      dot = tf.reduce_sum(sums['unit_sum'] * b)
+      return tf.where(
+          tf.logical_and(sums['count'] > 0.0, norm > 0.0),
+          dot / tf.maximum(norm, 1e-30) / tf.maximum(sums['count'], 1.0),
+          0.0)
 
     @tff.federated_computation(
         inner_process.initialize.type_signature.result,
@@ -187,13 +205,11 @@ class ClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
         tff.FederatedType(weight_type, tff.CLIENTS))
     def next_fn(state, value, weight):
       inner_output = inner_process.next(state, value, weight)
-      cosines = tff.federated_map(
-          client_cosine,
-          (value, tff.federated_broadcast(inner_output.result), weight))
+      sums = tff.federated_sum(tff.federated_map(unit_update, (value, weight)))
       measurements = tff.federated_zip(collections.OrderedDict([
           (INNER_MEASUREMENTS_KEY, inner_output.measurements),
           (CLIENT_COSINE_KEY, tff.federated_map(
-              mean_cosine, tff.federated_sum(cosines))),
+              mean_cosine, (sums, inner_output.result))),
       ]))
       return tff.templates.MeasuredProcessOutput(
           inner_output.state, inner_output.result, measurements)
