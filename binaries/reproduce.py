@@ -54,6 +54,7 @@ from typing import Any, Optional, Union
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from binaries import paper_tables  # pylint: disable=g-import-not-at-top
+from binaries import tables  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 
@@ -225,7 +226,7 @@ def with_model_suffix(argv: Sequence[str], suffix: str) -> tuple[str, ...]:
     if argv[i].startswith(model_flag):
       argv[i] += suffix
       return tuple(argv)
-  task = flag_value(argv, 'task')
+  task = tables.flag_value(argv, 'task')
   if task not in paper_tables.TASK_DEFAULT_MODELS:
     raise ValueError(f'a model suffix {suffix!r} needs a model: --task={task} '
                      'names none and its default model is not known.')
@@ -234,15 +235,6 @@ def with_model_suffix(argv: Sequence[str], suffix: str) -> tuple[str, ...]:
 
 
 # --- Checking every point before anything runs -------------------------------
-
-
-def flag_value(argv: Sequence[str], name: str) -> Optional[str]:
-  """The last `--name=value` of `argv` (a run's flags), or None."""
-  value = None
-  for arg in argv:
-    if arg.startswith(f'--{name}='):
-      value = arg.split('=', 1)[1]
-  return value
 
 
 def _flag_names(argv: Sequence[str]) -> list[str]:
@@ -285,11 +277,11 @@ def check_points(points: Sequence[Point], *, where: str,
       users.append(needed_by)
 
   for p in points:
-    algorithm = flag_value(p.argv, 'algorithm') or 'fedopt'
+    algorithm = tables.flag_value(p.argv, 'algorithm') or 'fedopt'
     if algorithm not in registry.ALGORITHMS:
       problem(f'--algorithm={algorithm} is not registered (registered: '
               f'{", ".join(registry.ALGORITHMS)})', p.method.label)
-    task = flag_value(p.argv, 'task') or 'digits'
+    task = tables.flag_value(p.argv, 'task') or 'digits'
     if task not in tasks.TASK_NAMES:
       problem(f'--task={task} is not a task of this package (tasks: '
               f'{", ".join(tasks.TASK_NAMES)})', p.setting.label)

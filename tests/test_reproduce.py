@@ -15,6 +15,7 @@ import pytest
 
 from binaries import paper_tables
 from binaries import reproduce
+from binaries import tables
 from tests import binary
 from tff_opt.program import registry
 
@@ -208,18 +209,18 @@ def test_stand_ins_run_the_papers_grid_on_mnist5k_or_digits():
     mnist = reproduce.grid(table, 'small', seeds=1, work_dir='w')
     assert len(digits) == len(mnist)
     for d, m in zip(digits, mnist):
-      assert reproduce.flag_value(d.argv, 'task') == 'digits'
-      assert reproduce.flag_value(m.argv, 'task') == 'mnist5k'
+      assert tables.flag_value(d.argv, 'task') == 'digits'
+      assert tables.flag_value(m.argv, 'task') == 'mnist5k'
       # Only the task and the model differ.
       changed = [(a, b) for a, b in zip(d.argv, m.argv) if a != b]
       assert len(d.argv) == len(m.argv)
       assert all(a.startswith(('--task=', '--task_option=model='))
                  for a, _ in changed), changed
-      model = reproduce.flag_value(
+      model = tables.flag_value(
           [a.replace('--task_option=model', '--model', 1) for a in m.argv],
           'model')
       assert model is None or model in mnist5k_models
-      digits_model = reproduce.flag_value(
+      digits_model = tables.flag_value(
           [a.replace('--task_option=model', '--model', 1) for a in d.argv],
           'model')
       assert digits_model in (None, 'cnn_bn', 'mtt_convnet', 'cnn_proj')
@@ -233,9 +234,9 @@ def test_stand_ins_run_the_papers_grid_on_mnist5k_or_digits():
   assert tasks.task_options('mnist5k')['model'] == 'small_cnn'
   curv = paper_tables.get_table('fedcurv', '1')
   # 50 local epochs of 24 clients are too slow here: E/10 at small scale.
-  assert [reproduce.flag_value(s.flags, 'client_epochs')
+  assert [tables.flag_value(s.flags, 'client_epochs')
           for s in curv.small.settings] == ['5', '1']
-  assert [reproduce.flag_value(s.flags, 'client_epochs')
+  assert [tables.flag_value(s.flags, 'client_epochs')
           for s in curv.paper_scale.settings] == ['50', '10']
   assert 'E/10' in curv.small.stand_in
 
@@ -541,7 +542,7 @@ def test_moon_runs_its_settings_model_with_the_projection_head():
   table = paper_tables.get_table('fedadc', '1')
 
   def moon_models(scale, stand_in):
-    return {reproduce.flag_value(
+    return {tables.flag_value(
         [a.replace('--task_option=model', '--model', 1) for a in p.argv],
         'model') for p in reproduce.grid(table, scale, seeds=1, work_dir='w',
                                          stand_in=stand_in)

@@ -1,0 +1,157 @@
+"""FedCurv (Shoham et al.): its table and its claim.
+
+Overcoming Forgetting in Federated Learning on Non-IID Data.
+
+- Table (`SPECS`, `binaries.reproduce --paper=fedcurv`): Table 1, rounds
+  to reach 95%, 90%, 85% test accuracy on non-IID MNIST (96 devices, two
+  one-label blocks each), FedCurv against FedProx and FedAvg. Our copy of
+  the table merged its rows; the reading used is the comment above
+  `FEDCURV_T1` (the table's note, printed with it, names
+  `binaries/paper_tables.py`, where it was written).
+- Claim (`CLAIM`, `binaries.claims --claims=fedcurv`): on MNIST split into
+  96 devices of two one-label blocks, FedCurv reaches 95% / 90% / 85% test
+  accuracy in fewer rounds than FedAvg and FedProx (Table 1, E = 50);
+  tested on MNIST-5k.
+"""
+
+from binaries import tables
+from binaries import verdicts
+from binaries.papers import shared
+
+FEDCURV_SPLIT = tables.FEDCURV_SPLIT
+Measure = tables.Measure
+MeasureSpec = tables.MeasureSpec
+Method = tables.Method
+STAND_IN_TASK = tables.STAND_IN_TASK
+ScaleSpec = tables.ScaleSpec
+Setting = tables.Setting
+TableSpec = tables.TableSpec
+Better = verdicts.Better
+Claim = verdicts.Claim
+Tuning = verdicts.Tuning
+
+
+# --- The tables --------------------------------------------------------------
+
+# Section 4: 96 devices, MNIST split into 96 x 2 blocks of one label, two
+# blocks per device; all devices every round (C = 1), batch 256, constant
+# lr 0.01; the MNIST PyTorch example CNN.
+#
+# Our copy of Table 1 merged its rows; read back as (each reading agrees
+# with the text: FedCurv reaches 90% three times as fast as FedAvg at E=50,
+# 95% twice as fast, FedProx reaches 95% two times slower):
+#   E=50: FedCurv 38 9 6; FedProx mu=0.00025: 140 22 16; FedAvg 76 30 22
+#   E=10: FedCurv 99 35 27; FedProx mu=0.00001: 115 46 33; FedAvg 106 51 43
+# so each FedProx mu was run at one E only.
+FEDCURV_T1 = TableSpec(
+    paper='fedcurv', number='1',
+    title=('Rounds to reach 95%, 90%, 85% test accuracy on non-IID MNIST '
+           '(96 devices, two one-label blocks each)'),
+    methods=(
+        Method('FedCurv, lambda=1.0', ('--algorithm=fedcurv', '--lam=1.0')),
+        Method('FedProx, mu=0.00025', ('--algorithm=fedprox', '--mu=0.00025'),
+               settings=('E=50',)),
+        Method('FedProx, mu=0.00001', ('--algorithm=fedprox', '--mu=0.00001'),
+               settings=('E=10',)),
+        Method('FedAvg', ('--algorithm=fedopt',)),
+    ),
+    methods_as_rows=True,
+    # 50 local epochs of 24 clients took ~45 s a round here (2 loaded
+    # cores): the stand-in runs E/10 (small_E).
+    axes=(({'E': 50, 'small_E': 5}, {'E': 10, 'small_E': 1}),),
+    label='E={E}',
+    measures=tuple(MeasureSpec(f'{t:.2f}', 'rounds_to', t, scale=1.0)
+                   for t in (0.95, 0.90, 0.85)),
+    printed={
+        'FedCurv, lambda=1.0': (38, 9, 6, 99, 35, 27),
+        'FedProx, mu=0.00025': (140, 22, 16, None, None, None),
+        'FedProx, mu=0.00001': (None, None, None, 115, 46, 33),
+        'FedAvg': (76, 30, 22, 106, 51, 43),
+    },
+    paper_scale=ScaleSpec(
+        task='mnist',
+        task_options=(f'partition={FEDCURV_SPLIT}', 'num_clients=96'),
+        model='fedcurv_cnn',
+        point_flags=('--client_batch_size=256', '--clients_per_round=96',
+                     shared.EPOCHS_FLAG),
+        # choice: rounds are not given; 150 covers the largest printed
+        # count (140).
+        rounds=150, seeds=1,
+        flags=('--server_opt=sgd', '--server_lr=1.0', '--client_opt=sgd',
+               '--client_lr=0.01', '--eval_every=1')),
+    small=ScaleSpec(
+        task=STAND_IN_TASK,
+        task_options=(f'partition={FEDCURV_SPLIT}', 'num_clients=24'),
+        point_flags=('--client_batch_size=256', '--clients_per_round=24',
+                     '--client_epochs={small_E}'),
+        rounds=30, seeds=1,
+        # Untuned; with client lr 0.05 no method reached 85% in 30 rounds;
+        # with lr 0.2, lambda = 1 diverged: lambda is scaled to keep the
+        # paper's lambda * lr (1 x 0.01).
+        flags=('--server_opt=sgd', '--server_lr=1.0', '--client_opt=sgd',
+               '--client_lr=0.2', '--eval_every=1'),
+        method_flags={'FedCurv, lambda=1.0': ('--lam=0.05',)},
+        stand_in=('24 devices with two one-label blocks each (partition='
+                  f'{FEDCURV_SPLIT}), all every round; 30 rounds; client lr '
+                  '0.2 (the paper: 0.01) and FedCurv lambda 0.05 (same '
+                  'lambda x lr as the paper\'s 1 x 0.01); local epochs E/10 '
+                  '(5 for E=50, 1 for E=10)')),
+    notes=('Our copy merged the table\'s rows; the reading used is in '
+           'binaries/paper_tables.py (each FedProx mu was run at one E).',
+           'Cells are rounds; "not reached" when the target was not reached '
+           'within the run.'))
+
+SPECS = (FEDCURV_T1,)
+
+
+# --- The claim ---------------------------------------------------------------
+
+_CURV_TARGETS = (0.95, 0.90, 0.85)
+
+
+def _fedcurv_claim() -> Claim:
+  rounds = 100
+  measures = tuple(Measure(f'rounds to {t:.0%}', 'rounds_to', t, scale=1.0)
+                   for t in _CURV_TARGETS) + (
+                       Measure('last 10', 'last_mean', 10),)
+  setting = Setting('E=50', (*shared.MNIST5K, *shared.task_options(
+      partition='fedcurv', num_clients=96, model='fedcurv_cnn'),
+                             '--client_epochs=50'), rounds, measures)
+  sgd = ('--server_opt=sgd', '--server_lr=1.0')
+  return Claim(
+      name='fedcurv',
+      statement=('FedCurv, Table 1: on MNIST split into 96 devices of two '
+                 'one-label blocks, FedCurv reaches 95% / 90% / 85% test '
+                 'accuracy in fewer rounds than FedAvg and FedProx (E = 50: '
+                 '38 / 9 / 6 against FedAvg\'s 76 / 30 / 22 and FedProx\'s '
+                 '140 / 22 / 16)'),
+      setting_text=(
+          f'MNIST-5k, 96 devices of two one-label blocks (partition=fedcurv; '
+          f'~42 images each, where the paper\'s held ~625), all every round, '
+          f'E = 50, the paper\'s CNN (`fedcurv_cnn`), client SGD at the '
+          f'paper\'s constant lr 0.01, batch 16 (the paper\'s 256 on ~625 '
+          f'images gives ~150 steps a round at E = 50, as batch 16 does '
+          f'here), {rounds} rounds; FedCurv by Eq. 3 (each device subtracts '
+          f'its own last Fisher terms), its Fisher over one of the E '
+          f'epochs, lambda tuned as the paper tuned it (the value reaching '
+          f'90% first, on a seed no check reads, over 1, 3, 10, 30); '
+          f'FedProx at the paper\'s tuned mu 0.00025'),
+      methods=(Method('FedCurv', ('--algorithm=fedcurv',
+                                  '--fedcurv_exact=on', *sgd, *shared.UNIFORM)),
+               Method('FedProx', ('--algorithm=fedprox', '--mu=0.00025',
+                                  *sgd, *shared.BY_EXAMPLES)),
+               Method('FedAvg', shared.FEDAVG)),
+      settings=(setting,),
+      flags=('--client_opt=sgd', '--client_lr=0.01',
+             '--client_batch_size=16', '--clients_per_round=0',
+             '--eval_every=1'),
+      checks=tuple(Better('FedCurv', other, 'E=50', m.label)
+                   for other in ('FedAvg', 'FedProx')
+                   for m in measures[:len(_CURV_TARGETS)]),
+      tunings=(Tuning('FedCurv', 'lam', ('1', '3', '10', '30'), 'E=50',
+                      'rounds to 90%'),),
+      paper_numbers=('Table 1, E = 50: FedCurv 38/9/6, FedProx 140/22/16, '
+                     'FedAvg 76/30/22 rounds'))
+
+
+CLAIM = _fedcurv_claim()
