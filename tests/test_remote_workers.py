@@ -165,8 +165,32 @@ def local_results(tiny_process, tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def workers(local_results, certs, tmp_path_factory):
-  del local_results  # Computed first: a local context stops TFF workers.
+def grouped_local():
+  """FedProx with its clients in groups of 2 (`vectorized.vectorize`; the
+  small Shakespeare LSTM and clients of 9, 5, 0, 4, 6 snippets of
+  tests/test_vectorized.py), 2 rounds locally: (process, datasets, start,
+  final state)."""
+  from tests import test_vectorized  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
+  process = vectorized.vectorize(
+      algorithms.build_fed_prox(
+          test_vectorized.model_fn, mu=1.0,
+          client_optimizer_fn=test_vectorized.SGD,
+          server_optimizer_fn=test_vectorized.SERVER_SGD),
+      test_vectorized.stacked_model(), group_size=2)
+  datasets = test_vectorized.test_stacked_training.client_datasets(
+      test_vectorized.SIZES)
+  start = test_vectorized.initial_weights()
+  state, _ = test_vectorized.run(
+      process, process.set_model_weights(process.initialize(), start),
+      datasets)
+  return process, datasets, start, state
+
+
+@pytest.fixture(scope='module')
+def workers(local_results, grouped_local, certs, tmp_path_factory):
+  # Computed first: a local context stops TFF workers.
+  del local_results, grouped_local
   pool = Workers(str(tmp_path_factory.mktemp('workers')))
   try:
     pool.start('a')
@@ -266,6 +290,22 @@ def test_two_workers_give_the_local_weights(workers, tiny_process,
       [('127.0.0.1', workers.ports['a']), ('127.0.0.1', workers.ports['b'])])
   for got, want in zip(_tiny_rounds(tiny_process), local_results['weights']):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_clients_on_two_workers_give_the_local_state(
+    workers, grouped_local):
+  """`--client_vectorization`'s process on workers: each worker trains
+  whole groups (3 groups of at most 2 clients: 2 and 1 on the workers)."""
+  from tests import test_vectorized  # pylint: disable=g-import-not-at-top
+  process, datasets, start, want = grouped_local
+  runtime.set_remote_execution_context(
+      [('127.0.0.1', workers.ports['a']), ('127.0.0.1', workers.ports['b'])])
+  got, _ = test_vectorized.run(
+      process, process.set_model_weights(process.initialize(), start),
+      datasets)
+  for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_tls_worker_with_its_self_signed_root(workers, certs, tiny_process,
