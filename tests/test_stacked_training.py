@@ -17,7 +17,8 @@ Nesterov look-ahead, against the same loop with the penalty added to each
 client's loss. FedCurv's stacked Fisher (`per_example_fisher`) equals
 `fed_curv.empirical_fisher_diagonal` on the TFF model, per client, with and
 without a limit on the examples. `group_datasets(by_steps=True)` groups
-clients by their numbers of batches.
+clients by their numbers of batches. A non-finite client drops out of its
+group's update, weight, report and metrics, as in the per-client work.
 """
 
 import collections
@@ -319,3 +320,42 @@ def test_group_datasets_by_steps():
   assert [m.shape[:2] for m in masks] == [(4, 2), (2, 2), (1, 1)]
   assert [m.sum(axis=(0, 2)).tolist() for m in masks] == [[13, 9], [5, 1],
                                                           [0]]
+
+
+@pytest.mark.parametrize('weighting', [
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+    tff.learning.ClientWeighting.UNIFORM,
+], ids=['examples', 'uniform'])
+def test_non_finite_clients_drop_out_of_their_group(weighting):
+  """As in the per-client client work (`client_work`: a non-finite update
+  is zeroed with weight 0, its metrics reset): a client with a non-finite
+  delta (client 1) or a non-finite report (client 3) adds nothing to the
+  group's mean, weight, report sums or metrics, and counts once in
+  `non_finite_clients`."""
+  nan, inf = np.float32(np.nan), np.float32(np.inf)
+  local_result = collections.OrderedDict([
+      (stacked_training.DELTA_KEY, [
+          tf.constant([[1.0, 2.0], [nan, 0.0], [3.0, 4.0], [5.0, 6.0]]),
+          tf.constant([1.0, 5.0, 2.0, 7.0])]),
+      (stacked_training.NUM_EXAMPLES_KEY, tf.constant([2, 3, 5, 4],
+                                                      tf.int64)),
+      (stacked_training.NUM_STEPS_KEY, tf.constant([1, 1, 2, 1], tf.int64)),
+      (stacked_training.STATS_KEY, collections.OrderedDict(
+          loss=tf.constant([0.5, 7.0, 1.5, 3.0]))),
+      (stacked_training.EXTRAS_KEY, collections.OrderedDict(
+          fisher=[tf.constant([[1.0], [9.0], [2.0], [inf]])])),
+  ])
+  update, total, extras, stats, non_finite = stacked_training._group_update(  # pylint: disable=protected-access
+      local_result, weighting)
+  by_examples = weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
+  w0, w2 = (2.0, 5.0) if by_examples else (1.0, 1.0)
+  assert float(total) == w0 + w2
+  np.testing.assert_allclose(
+      update[0].numpy(),
+      (w0 * np.array([1.0, 2.0]) + w2 * np.array([3.0, 4.0])) / (w0 + w2),
+      rtol=1e-6)
+  np.testing.assert_allclose(float(update[1]),
+                             (w0 * 1.0 + w2 * 2.0) / (w0 + w2), rtol=1e-6)
+  np.testing.assert_array_equal(extras['fisher'][0].numpy(), [3.0])
+  assert float(stats['loss']) == 2.0
+  assert int(non_finite) == 2
