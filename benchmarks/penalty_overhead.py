@@ -22,7 +22,7 @@ once per variant, with the hooks the algorithms pass:
                 (`momentum.nesterov_look_ahead_hook`).
   *_per_step    The same hooks wrapped as plain functions, their constants
                 recomputed at every local step (how the client work ran
-                them before `client_work.PrecomputedHook`).
+                them before `ground.PrecomputedHook`).
 
 The variants take their timed calls in turns (after one warm-up call each),
 so a change in the machine's load falls on all of them alike. It prints,
@@ -107,8 +107,8 @@ def _objective(variant):
 def _broadcast(variant, weights, rng):
   """What the variant's distributor would send (w_t plus its extras)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import ground  # pylint: disable=g-import-not-at-top
   from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
 
   def near(arrays, scale):
     return [tf.constant(a + scale * rng.standard_normal(a.shape)
@@ -125,8 +125,8 @@ def _broadcast(variant, weights, rng):
         trainable=near(weights.trainable, 1e-3),
         non_trainable=[tf.constant(a) for a in weights.non_trainable])
     return {'model_weights': model,
-            penalties.PREVIOUS_MODEL_KEY: previous,
-            penalties.HAS_PREVIOUS_KEY: tf.constant(True)}
+            ground.PREVIOUS_MODEL_KEY: previous,
+            ground.HAS_PREVIOUS_KEY: tf.constant(True)}
   return {'model_weights': model,
           momentum.MOMENTUM_KEY: near([0 * a for a in weights.trainable],
                                       1e-2)}
@@ -140,6 +140,7 @@ def main(argv=None):
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from tasks import emnist  # pylint: disable=g-import-not-at-top
   from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import ground  # pylint: disable=g-import-not-at-top
 
   dataset = common.synthetic_clients(
       1, args.steps * BATCH, x_shape=(28, 28, 1),
@@ -155,7 +156,7 @@ def main(argv=None):
 
   weights = common.initial_weights(model_fn, seed=0)
   optimizer = tff.learning.optimizers.build_sgdm(CLIENT_LR)
-  hparams = {client_work.LEARNING_RATE_KEY: tf.constant(CLIENT_LR)}
+  hparams = {ground.LEARNING_RATE_KEY: tf.constant(CLIENT_LR)}
   rng = np.random.default_rng(0)
   calls = {}
   for variant in args.variants:

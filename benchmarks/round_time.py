@@ -133,7 +133,7 @@ from tasks import shakespeare  # pylint: disable=g-import-not-at-top
 from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
 from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
-from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
+from tff_opt.round import ground  # pylint: disable=g-import-not-at-top
 
 CLIENT_LR = 0.1
 ALGORITHMS = ('fedopt', 'fedprox', 'fedfor', 'fedcurv', 'fedadc', 'scaffold',
@@ -563,7 +563,7 @@ def build_worker_floor(workload: Workload, initial, *, sparse: bool = False):
   @tff.tensorflow.computation(weights_type, data_type)
   def client(start, dataset):
     # Assigned `start` first: no initializer work (as tff-opt's clients).
-    model = client_work.model_to_overwrite(workload.keras_model_fn)
+    model = ground.model_to_overwrite(workload.keras_model_fn)
     loss_fn = workload.loss_fn()
     weights = model.trainable_variables
 

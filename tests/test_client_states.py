@@ -14,6 +14,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_opt.round import client_states
+from tff_opt.round import ground
 
 
 def test_pack_unpack_round_trip():
@@ -71,6 +72,6 @@ def test_client_broadcast_type_appends_the_client_state():
       initialized=np.bool_))
   merged = client_states.client_broadcast_type(broadcast_type, state_type)
   assert [name for name, _ in tff.structure.iter_elements(merged)] == [
-      'model_weights', 'momentum', client_states.CLIENT_STATE_KEY]
-  assert merged[client_states.CLIENT_STATE_KEY] == state_type
+      'model_weights', 'momentum', ground.CLIENT_STATE_KEY]
+  assert merged[ground.CLIENT_STATE_KEY] == state_type
   assert merged['momentum'] == broadcast_type['momentum']

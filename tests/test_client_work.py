@@ -20,6 +20,7 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt.round import client_work
+from tff_opt.round import ground
 from tff_opt.round import momentum
 from tff_opt.round import penalties
 
@@ -114,7 +115,7 @@ def test_passes_before_and_after_local_training():
     # The pre-pass adds an anchor for the penalty and reports a diagnostic.
     count = dataset.reduce(tf.constant(0.0), lambda n, _: n + 1.0)
     extended = collections.OrderedDict([
-        (client_work.MODEL_WEIGHTS_KEY, broadcast),
+        (ground.MODEL_WEIGHTS_KEY, broadcast),
         ('anchor', [t + shift for t in broadcast.trainable]),
     ])
     return extended, collections.OrderedDict(batches=count)
@@ -142,9 +143,9 @@ def test_passes_before_and_after_local_training():
   final = tiny.local_sgd(
       start, *_client(), CLIENT_LR, LOCAL_STEPS,
       extra_grad=lambda w: [MU * (a - b) for a, b in zip(w, anchor)])
-  assert list(result.update) == [client_work.DELTA_KEY, 'steps', 'lr',
+  assert list(result.update) == [ground.DELTA_KEY, 'steps', 'lr',
                                  'examples']
-  for got, a, f in zip(result.update[client_work.DELTA_KEY], start, final):
+  for got, a, f in zip(result.update[ground.DELTA_KEY], start, final):
     np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
   assert float(result.update['steps']) == LOCAL_STEPS
   assert float(result.update['lr']) == pytest.approx(CLIENT_LR)
@@ -246,8 +247,8 @@ def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
   previous = [a + np.float32(0.05 * RNG.standard_normal(a.shape))
               for a in start]
   broadcast = {'model_weights': _model(start),
-               penalties.PREVIOUS_MODEL_KEY: _model(previous),
-               penalties.HAS_PREVIOUS_KEY: tf.constant(True)}
+               ground.PREVIOUS_MODEL_KEY: _model(previous),
+               ground.HAS_PREVIOUS_KEY: tf.constant(True)}
   hooked = _client_delta(penalties.first_order_positive_hook(0.5), broadcast)
   # Eq. 7's gradient: (alpha/eta) d_i where d_i (w_i - w_t,i) > 0, else 0.
   d = [p - c for p, c in zip(previous, start)]
@@ -310,7 +311,7 @@ def _initial_values(build):
 def test_model_to_overwrite_skips_trainable_initializers_only():
   plain_ops, _, plain = _initial_values(_lstm_bn_model_fn())
   ops, model, values = _initial_values(
-      lambda: client_work.model_to_overwrite(_lstm_bn_model_fn()))
+      lambda: ground.model_to_overwrite(_lstm_bn_model_fn()))
   assert 'Qr' in plain_ops
   assert not {o for o in ops if o == 'Qr' or 'Random' in o}
   trainable = {v.name for v in model.trainable_variables}
@@ -327,7 +328,7 @@ def test_model_to_overwrite_skips_trainable_initializers_only():
 
 def test_model_to_overwrite_rebuilds_when_a_trainable_is_unlisted():
   ops, model, values = _initial_values(
-      lambda: client_work.model_to_overwrite(_lstm_bn_model_fn(True)))
+      lambda: ground.model_to_overwrite(_lstm_bn_model_fn(True)))
   # The first, zeroed build is dropped; the model returned is built as is.
   assert 'Qr' in ops
   kernels = [values[v.name] for v in model.trainable_variables

@@ -15,8 +15,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
-from tff_opt.round import composers
 from tff_opt.round import distributors
+from tff_opt.round import ground
 
 WEIGHTS_TYPE = tff.types.tensorflow_to_type(
     tff.learning.models.ModelWeights(
@@ -53,20 +53,20 @@ def test_previous_model_is_last_rounds_broadcast():
   first, second = _weights([1.0, 2.0], 3.0), _weights([4.0, 5.0], 6.0)
   state, sent = broadcast(process.initialize(), first)
   # Round 1: no previous model, zeros in its place.
-  assert not sent[distributors.HAS_PREVIOUS_KEY]
+  assert not sent[ground.HAS_PREVIOUS_KEY]
   np.testing.assert_array_equal(sent['model_weights'].trainable[0],
                                 [1.0, 2.0])
   np.testing.assert_array_equal(
-      sent[distributors.PREVIOUS_MODEL_KEY].trainable[0], [0.0, 0.0])
-  assert sent[distributors.PREVIOUS_MODEL_KEY].non_trainable[0] == 0.0
+      sent[ground.PREVIOUS_MODEL_KEY].trainable[0], [0.0, 0.0])
+  assert sent[ground.PREVIOUS_MODEL_KEY].non_trainable[0] == 0.0
   # Round 2: w_{t-1} is the model broadcast in round 1.
   _, sent = broadcast(state, second)
-  assert sent[distributors.HAS_PREVIOUS_KEY]
+  assert sent[ground.HAS_PREVIOUS_KEY]
   np.testing.assert_array_equal(sent['model_weights'].trainable[0],
                                 [4.0, 5.0])
   np.testing.assert_array_equal(
-      sent[distributors.PREVIOUS_MODEL_KEY].trainable[0], [1.0, 2.0])
-  assert sent[distributors.PREVIOUS_MODEL_KEY].non_trainable[0] == 3.0
+      sent[ground.PREVIOUS_MODEL_KEY].trainable[0], [1.0, 2.0])
+  assert sent[ground.PREVIOUS_MODEL_KEY].non_trainable[0] == 3.0
 
 
 def test_finalizer_state_extras_are_broadcast_with_the_model():
@@ -75,7 +75,7 @@ def test_finalizer_state_extras_are_broadcast_with_the_model():
       lambda state: collections.OrderedDict(doubled=2.0 * state))
   _, sent = _with_one_client(process)(
       process.initialize(),
-      composers.ServerState(_weights([1.0, 2.0], 3.0),
+      ground.ServerState(_weights([1.0, 2.0], 3.0),
                             np.float32([0.5, -1.5])))
   assert list(sent) == ['model_weights', 'doubled']
   np.testing.assert_array_equal(sent['model_weights'].trainable[0],

@@ -14,6 +14,7 @@ from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_bn
 from tff_opt.round import client_states
+from tff_opt.round import ground
 
 MU = 0.1
 CLIENT_LR = 0.1
@@ -166,7 +167,7 @@ def test_fed_prox_with_local_bn_matches_numpy(prox_bn):
     # Each client's BN is its own: trained from its own previous values.
     for k, (bn_trainable, bn_stats) in own.items():
       mine = store[k][fed_bn.BATCH_NORM_KEY]
-      assert bool(mine[fed_bn.INITIALIZED_KEY])
+      assert bool(mine[ground.INITIALIZED_KEY])
       for got, expected in zip(mine[fed_bn.TRAINABLE_KEY], bn_trainable):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
       for got, expected in zip(mine[fed_bn.NON_TRAINABLE_KEY], bn_stats):

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_work
+from tff_opt.round import ground
 from tff_opt.round import penalties
 
 ALPHA = 0.3
@@ -32,7 +32,7 @@ def _broadcast():
       ('model_weights', tff.learning.models.ModelWeights(
           trainable=[tf.constant(t) for t in W], non_trainable=[])),
       (penalties.GLOBAL_UPDATE_KEY, [tf.constant(t) for t in G_SERVER]),
-      (penalties.CLIENT_STATE_KEY, collections.OrderedDict([
+      (ground.CLIENT_STATE_KEY, collections.OrderedDict([
           (penalties.DRIFT_KEY, [tf.constant(t) for t in H]),
           (penalties.LOCAL_UPDATE_KEY, [tf.constant(t) for t in G_OWN]),
       ])),
@@ -53,7 +53,7 @@ def _numpy(num_steps):
 @pytest.mark.parametrize('num_steps', [K, 1, 0])
 def test_value_and_gradient_match_numpy(num_steps):
   hook = penalties.local_drift_hook(ALPHA)
-  assert isinstance(hook, client_work.PrecomputedHook)
+  assert isinstance(hook, ground.PrecomputedHook)
   weights = [tf.Variable(t) for t in THETA]
   with tf.GradientTape() as tape:
     value = hook(weights, _broadcast(), learning_rate=tf.constant(ETA),
@@ -81,7 +81,7 @@ def test_constants_once_per_client():
 
 def test_zero_drift_and_equal_updates_is_the_proximal_term():
   broadcast = _broadcast()
-  state = broadcast[penalties.CLIENT_STATE_KEY]
+  state = broadcast[ground.CLIENT_STATE_KEY]
   state[penalties.DRIFT_KEY] = [tf.zeros_like(t) for t in H]
   state[penalties.LOCAL_UPDATE_KEY] = broadcast[penalties.GLOBAL_UPDATE_KEY]
   weights = [tf.constant(t) for t in THETA]

@@ -12,6 +12,7 @@ from tests import tiny
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_gkd
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 from tff_opt.round import losses
 
 GAMMA = 0.4
@@ -166,7 +167,7 @@ def test_finalizer_pushes_accepted_rounds_only():
   step = [np.full((tiny.NUM_FEATURES, tiny.NUM_CLASSES), 0.5, np.float32),
           np.full((tiny.NUM_CLASSES,), 0.5, np.float32)]
   output = finalizer.next(state, _model(1.0), step)
-  assert output.measurements[finalizers.UPDATE_NON_FINITE_KEY] == 0
+  assert output.measurements[ground.UPDATE_NON_FINITE_KEY] == 0
   extras = output.state[finalizers.EXTRAS_KEY]
   assert extras[fed_gkd.PUSHED_KEY] == 1
   np.testing.assert_array_equal(extras[fed_gkd.HISTORY_KEY][0][0], 1.0)
@@ -175,7 +176,7 @@ def test_finalizer_pushes_accepted_rounds_only():
   # A non-finite mean delta: the model is kept and nothing is pushed.
   bad = [np.full_like(step[0], np.nan), step[1]]
   rejected = finalizer.next(output.state, output.result, bad)
-  assert rejected.measurements[finalizers.UPDATE_NON_FINITE_KEY] == 1
+  assert rejected.measurements[ground.UPDATE_NON_FINITE_KEY] == 1
   kept = rejected.state[finalizers.EXTRAS_KEY]
   assert kept[fed_gkd.PUSHED_KEY] == 1
   np.testing.assert_array_equal(kept[fed_gkd.HISTORY_KEY][0][1], 0.0)

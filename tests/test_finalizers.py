@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 
 SERVER_LR = 0.5
 WEIGHTS_TYPE = tff.types.tensorflow_to_type(
@@ -131,7 +132,7 @@ def test_apply_optimizer_is_tffs_finalizer_step_for_step():
     tf.nest.map_structure(np.testing.assert_array_equal, results[0],
                           results[1])
     assert outputs[0].measurements == outputs[1].measurements
-  assert outputs[0].measurements[finalizers.UPDATE_NON_FINITE_KEY] == 1
+  assert outputs[0].measurements[ground.UPDATE_NON_FINITE_KEY] == 1
   assert not np.array_equal(results[0].trainable[0], weights.trainable[0])
   hparams = ours.get_hparams(states[0])
   assert hparams == theirs.get_hparams(states[1])
@@ -209,7 +210,7 @@ def test_non_trainables_are_kept_when_the_round_does_not_count(
                           _bn_aggregate(delta, mean, total_weight))
   np.testing.assert_array_equal(output.result.non_trainable[1],
                                 np.float32([0.3, 1.5]))
-  assert output.measurements[finalizers.UPDATE_NON_FINITE_KEY] == int(
+  assert output.measurements[ground.UPDATE_NON_FINITE_KEY] == int(
       np.isnan(delta[0]))
 
 

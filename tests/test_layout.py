@@ -8,6 +8,7 @@ layout: each module of the library has its `tests/test_<module>.py`, bar a
 few whose tests are elsewhere for a stated reason.
 """
 
+import ast
 import os
 import re
 
@@ -128,6 +129,59 @@ def test_imports_go_down_the_floors_only():
   assert not upward, upward
   # The check reads real imports: round/ does import round/.
   assert 'round' in _imports('algorithms')['fed_prox']
+
+
+def _sibling_uses(name):
+  """{sibling: the attributes of it used}, for each `round/` sibling that
+  `round/<name>.py` imports (`from tff_opt.round import <sibling>`)."""
+  with open(os.path.join(REPO, 'tff_opt', 'round', name + '.py'),
+            encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  aliases = {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module == 'tff_opt.round':
+      for alias in node.names:
+        aliases[alias.asname or alias.name] = alias.name
+    if isinstance(node, ast.ImportFrom) and (node.module or '').startswith(
+        'tff_opt.round.'):
+      aliases[node.module] = node.module.split('.')[2]
+  uses = {sibling: set() for sibling in aliases.values()}
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id in aliases):
+      uses[aliases[node.value.id]].add(node.attr)
+  return uses
+
+
+# The (module, sibling) imports of `round/` that were there only for keys or
+# small helpers, all now in `round/ground.py` (issue 28).
+KEY_ONLY_IMPORTS = (
+    ('aggregators', 'client_work'), ('client_work', 'optimizers'),
+    ('contrastive', 'client_work'), ('distributors', 'client_work'),
+    ('distributors', 'composers'), ('finalizers', 'aggregators'),
+    ('finalizers', 'client_work'), ('fisher', 'client_work'),
+    ('losses', 'client_work'), ('momentum', 'client_work'),
+    ('momentum', 'finalizers'), ('penalties', 'client_states'),
+    ('penalties', 'client_work'), ('penalties', 'distributors'),
+)
+
+
+def test_round_imports_no_sibling_just_for_a_key():
+  """ARCHITECTURE.md: shared keys and small helpers live in round/ground."""
+  uses = {name: _sibling_uses(name) for name in _modules('round')}
+  assert not uses['ground'], f'round/ground imports {sorted(uses["ground"])}'
+  assert _imports('round')['ground'] == set()  # Nothing of tff_opt at all.
+  back = [pair for pair in KEY_ONLY_IMPORTS if pair[1] in uses[pair[0]]]
+  assert not back, f'imports for keys only are back: {back}'
+  # In general: what a sibling is imported for is never keys alone.
+  key_only = [f'round/{name} imports {sibling} for {sorted(names)}'
+              for name, siblings in uses.items()
+              for sibling, names in siblings.items()
+              if sibling != 'ground' and all(n.isupper() for n in names)]
+  assert not key_only, key_only
+  # The check reads real imports: round/ does import round/ground.
+  assert 'ground' in uses['client_work']
+  assert 'client_work' in uses['stacked_training']
 
 
 def test_no_file_points_outside_the_repository_for_its_design():

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.round import ground
 from tff_opt.round import momentum
 from tff_opt.round import schedules
 
@@ -132,7 +133,7 @@ def test_server_rule_matches_numpy_with_each_rounds_eta(finalizer):
   for got, want in zip(state[momentum.MOMENTUM_KEY], m):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(weights.non_trainable[0], non_trainable[0])
-  assert int(state[momentum.ROUND_NUM_KEY]) == 3
+  assert int(state[ground.ROUND_NUM_KEY]) == 3
 
 
 def test_non_finite_round_keeps_model_and_momentum(finalizer):
@@ -150,4 +151,4 @@ def test_non_finite_round_keeps_model_and_momentum(finalizer):
                        first.state[momentum.MOMENTUM_KEY]):
     np.testing.assert_array_equal(got, want)
   # The round still counts: eta_t follows the client work's round number.
-  assert int(output.state[momentum.ROUND_NUM_KEY]) == 2
+  assert int(output.state[ground.ROUND_NUM_KEY]) == 2

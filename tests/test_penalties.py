@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.round import ground
 from tff_opt.round import penalties
 
 RNG = np.random.default_rng(7)
@@ -59,9 +60,9 @@ def test_proximal_penalty_gradient_is_mu_times_distance():
 def _fed_for_broadcast(current, previous, has_previous=True):
   return {
       'model_weights': tff.learning.models.ModelWeights(current, []),
-      penalties.PREVIOUS_MODEL_KEY: tff.learning.models.ModelWeights(
+      ground.PREVIOUS_MODEL_KEY: tff.learning.models.ModelWeights(
           previous, []),
-      penalties.HAS_PREVIOUS_KEY: tf.constant(has_previous),
+      ground.HAS_PREVIOUS_KEY: tf.constant(has_previous),
   }
 
 
@@ -172,7 +173,7 @@ def test_fed_curv_hook_gradient_and_value_match_numpy():
 def _scaffold_broadcast(c, c_own, initialized):
   return {
       penalties.CONTROL_VARIATE_KEY: [tf.constant(a) for a in c],
-      penalties.CLIENT_STATE_KEY: {
+      ground.CLIENT_STATE_KEY: {
           'initialized': tf.constant(initialized),
           penalties.CONTROL_VARIATE_KEY: [tf.constant(a) for a in c_own],
       },
@@ -215,7 +216,7 @@ def test_dynamic_value_and_gradient_match_numpy():
   weights = [tf.Variable(a) for a in start]
   broadcast = {
       'model_weights': tff.learning.models.ModelWeights(anchor, []),
-      penalties.CLIENT_STATE_KEY: {
+      ground.CLIENT_STATE_KEY: {
           penalties.LOCAL_GRADIENT_KEY: [tf.constant(a) for a in g_k]},
   }
   with tf.GradientTape() as tape:

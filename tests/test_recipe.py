@@ -30,6 +30,7 @@ from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import recipe
 from tff_opt.algorithms import scaffold
 from tff_opt.round import client_states
+from tff_opt.round import ground
 
 ROUNDS = 2
 UNIFORM = tff.learning.ClientWeighting.UNIFORM
@@ -157,7 +158,7 @@ def test_fed_bn_wraps_any_recipe_even_scaffold():
   assert np.abs(weights.trainable[2] - trainable[2]).max() > 1e-3
   control = state.finalizer['extras']['control_variate']
   assert not np.any(control[0]) and np.any(control[2])  # No BN in c.
-  assert bool(own[0][fed_bn.BASE_KEY][client_states.INITIALIZED_KEY])
+  assert bool(own[0][fed_bn.BASE_KEY][ground.INITIALIZED_KEY])
 
 
 def test_fed_bn_hyper_parameters_are_the_base_recipes():

@@ -32,6 +32,7 @@ from tasks import shakespeare_functional
 from tests import test_shakespeare_functional as functional_test
 from tff_opt.algorithms import fed_curv
 from tff_opt.round import client_work
+from tff_opt.round import ground
 from tff_opt.round import momentum
 from tff_opt.round import stacked_training
 
@@ -204,7 +205,7 @@ def _entangled_constants(broadcast, *, learning_rate, num_steps):
   """Per-client constants: the momentum over the client's batches."""
   del learning_rate
   scale = 1.0 / tf.maximum(tf.cast(num_steps, tf.float32), 1.0)
-  anchor = client_work.model_weights_of(broadcast).trainable
+  anchor = ground.model_weights_of(broadcast).trainable
   return list(anchor), [scale * m for m in broadcast['momentum']], 0.7
 
 
@@ -219,7 +220,7 @@ def _entangled_step(weights, constants):
 
 def _entangled_objective():
   return client_work.LocalObjective(
-      penalty=client_work.PrecomputedHook(_entangled_constants,
+      penalty=ground.PrecomputedHook(_entangled_constants,
                                           _entangled_step),
       look_ahead=momentum.nesterov_look_ahead_hook(0.9), count_steps=True)
 
@@ -334,12 +335,12 @@ def test_non_finite_clients_drop_out_of_their_group(weighting):
   `non_finite_clients`."""
   nan, inf = np.float32(np.nan), np.float32(np.inf)
   local_result = collections.OrderedDict([
-      (stacked_training.DELTA_KEY, [
+      (ground.DELTA_KEY, [
           tf.constant([[1.0, 2.0], [nan, 0.0], [3.0, 4.0], [5.0, 6.0]]),
           tf.constant([1.0, 5.0, 2.0, 7.0])]),
       (stacked_training.NUM_EXAMPLES_KEY, tf.constant([2, 3, 5, 4],
                                                       tf.int64)),
-      (stacked_training.NUM_STEPS_KEY, tf.constant([1, 1, 2, 1], tf.int64)),
+      (ground.NUM_STEPS_KEY, tf.constant([1, 1, 2, 1], tf.int64)),
       (stacked_training.STATS_KEY, collections.OrderedDict(
           loss=tf.constant([0.5, 7.0, 1.5, 3.0]))),
       (stacked_training.EXTRAS_KEY, collections.OrderedDict(

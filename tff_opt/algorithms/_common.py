@@ -6,7 +6,7 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import ground
 
 
 def check_optimizer(name: str, value: Any) -> None:
@@ -45,7 +45,7 @@ def num_classes_of(
   """
   with tf.Graph().as_default():
     model = model_fn()
-    x_spec, _ = client_work_lib.features_and_labels(model.input_spec)
+    x_spec, _ = ground.features_and_labels(model.input_spec)
     shape = [1 if d is None else d for d in x_spec.shape.as_list()]
     predictions = model.predict_on_batch(tf.zeros(shape, x_spec.dtype),
                                          training=False)

@@ -91,11 +91,10 @@ from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
-from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import ground
 
 BATCH_NORM_KEY = 'batch_norm'
 BASE_KEY = 'base'
-INITIALIZED_KEY = client_states.INITIALIZED_KEY
 TRAINABLE_KEY = 'trainable'
 NON_TRAINABLE_KEY = 'non_trainable'
 # The update entry with the client's final BN values (never sent).
@@ -178,7 +177,7 @@ def local_batch_norm_weights(
     the client has none yet).
   """
   own = client_state[BATCH_NORM_KEY]
-  if not bool(np.asarray(own[INITIALIZED_KEY])):
+  if not bool(np.asarray(own[ground.INITIALIZED_KEY])):
     return model_weights
   trainable = list(model_weights.trainable)
   non_trainable = list(model_weights.non_trainable)
@@ -204,7 +203,7 @@ def _bn_entries(model_weights, variables):
 def _with_own_batch_norm(value, own, variables):
   """Every `ModelWeights` inside `value` with the client's BN entries."""
   if isinstance(value, tff.learning.models.ModelWeights):
-    initialized = own[INITIALIZED_KEY]
+    initialized = own[ground.INITIALIZED_KEY]
     trainable = list(value.trainable)
     non_trainable = list(value.non_trainable)
     for mine, i in zip(own[TRAINABLE_KEY], variables.trainable):
@@ -244,7 +243,7 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
                      'update before sending it.')
   num_trainable = len(weights_type.trainable)
   bn_state = collections.OrderedDict([
-      (INITIALIZED_KEY, np.bool_(False)),
+      (ground.INITIALIZED_KEY, np.bool_(False)),
       (TRAINABLE_KEY, [tff_types.zeros_of(weights_type.trainable[i])
                        for i in variables.trainable]),
       (NON_TRAINABLE_KEY, [tff_types.zeros_of(weights_type.non_trainable[i])
@@ -265,7 +264,7 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
     items = (list(received.items()) if isinstance(received, Mapping) else
              list(received._asdict().items()))
     return collections.OrderedDict(
-        items + [(client_states.CLIENT_STATE_KEY, state[BASE_KEY])])
+        items + [(ground.CLIENT_STATE_KEY, state[BASE_KEY])])
 
   base_report_fn = base.passes.report_fn
 
@@ -289,11 +288,11 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
 
   def client_state_update(merged, update):
     local = update[LOCAL_KEY]
-    start = _bn_entries(client_work_lib.model_weights_of(merged), variables)
+    start = _bn_entries(ground.model_weights_of(merged), variables)
     finite = local[FINITE_KEY] > 0
     new_state = collections.OrderedDict([(BATCH_NORM_KEY,
                                           collections.OrderedDict([
-        (INITIALIZED_KEY, tf.constant(True)),
+        (ground.INITIALIZED_KEY, tf.constant(True)),
         (TRAINABLE_KEY, [tf.where(finite, a, b) for a, b in zip(
             local[TRAINABLE_KEY], start[TRAINABLE_KEY])]),
         (NON_TRAINABLE_KEY, [tf.where(finite, a, b) for a, b in zip(

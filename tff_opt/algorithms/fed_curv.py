@@ -111,12 +111,12 @@ from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import fisher
+from tff_opt.round import ground
 from tff_opt.round import penalties
 from tff_opt.round import stacked_training
 
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
-ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
 FISHER_BATCH_SIZE = 32  # Examples per batch of the fast Fisher pass.
@@ -237,7 +237,7 @@ def excluding_own(broadcast):
   from the round whose sums are broadcast, u - F_own and v - (F w)_own
   replace u and v (Eq. 3's sum over j != s).
   """
-  state = broadcast[client_states.CLIENT_STATE_KEY]
+  state = broadcast[ground.CLIENT_STATE_KEY]
   own = tf.logical_and(
       tf.equal(state[CLIENT_ROUND_KEY], broadcast[SOURCE_ROUND_KEY]),
       broadcast[SOURCE_ROUND_KEY] >= 0)
@@ -358,7 +358,7 @@ def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
   zeros = tff_types.zeros_of(weights_type.trainable)
   vector_type = tff_types.type_of(zeros)
   broadcast_entries = [
-      (client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
+      (ground.MODEL_WEIGHTS_KEY, weights_type),
       (penalties.FISHER_SUM_KEY, vector_type),
       (penalties.FISHER_WEIGHT_SUM_KEY, vector_type),
   ]
@@ -367,9 +367,9 @@ def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
       (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
   ])
   if cross_silo:
-    broadcast_entries += [(ROUND_NUM_KEY, tff.TensorType(np.int32)),
+    broadcast_entries += [(ground.ROUND_NUM_KEY, tff.TensorType(np.int32)),
                           (SOURCE_ROUND_KEY, tff.TensorType(np.int32))]
-    initial_extras[ROUND_NUM_KEY] = np.int32(0)
+    initial_extras[ground.ROUND_NUM_KEY] = np.int32(0)
     initial_extras[SOURCE_ROUND_KEY] = np.int32(-1)
   broadcast_type = tff.StructWithPythonType(broadcast_entries,
                                             collections.OrderedDict)
@@ -381,8 +381,8 @@ def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
         (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
     ])
     if cross_silo:
-      updated[ROUND_NUM_KEY] = extras[ROUND_NUM_KEY] + 1
-      updated[SOURCE_ROUND_KEY] = extras[ROUND_NUM_KEY]
+      updated[ground.ROUND_NUM_KEY] = extras[ground.ROUND_NUM_KEY] + 1
+      updated[SOURCE_ROUND_KEY] = extras[ground.ROUND_NUM_KEY]
     return updated
 
   def finalizer_fn(aggregate_type):
@@ -425,7 +425,7 @@ def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
     return collections.OrderedDict([
         (FISHER_KEY, update[FISHER_KEY]),
         (FISHER_WEIGHTS_KEY, update[FISHER_WEIGHTS_KEY]),
-        (CLIENT_ROUND_KEY, merged[ROUND_NUM_KEY]),
+        (CLIENT_ROUND_KEY, merged[ground.ROUND_NUM_KEY]),
     ])
 
   return recipe_lib.Recipe(

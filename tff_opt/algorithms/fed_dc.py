@@ -141,6 +141,7 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 from tff_opt.round import penalties
 
 DRIFT_KEY = penalties.DRIFT_KEY
@@ -160,7 +161,7 @@ def _report(model, dataset, broadcast, *, delta, num_steps, learning_rate,
             num_examples):
   """(2) at the client: the new h_i and g_i, with the delta."""
   del model, dataset, learning_rate, num_examples
-  state = broadcast[penalties.CLIENT_STATE_KEY]
+  state = broadcast[ground.CLIENT_STATE_KEY]
   took_steps = num_steps > 0
   return collections.OrderedDict([
       (DRIFT_KEY, [h - d for h, d in zip(state[DRIFT_KEY], delta)]),
@@ -174,7 +175,7 @@ def _report(model, dataset, broadcast, *, delta, num_steps, learning_rate,
 
 def _client_state_update(merged, update):
   """The reported h_i and g_i, or the old ones if the update was dropped."""
-  state = merged[penalties.CLIENT_STATE_KEY]
+  state = merged[ground.CLIENT_STATE_KEY]
   reported = update[REPORTED_KEY] > 0.0
   return collections.OrderedDict([
       (key, [tf.where(reported, new, old)
@@ -186,7 +187,7 @@ def _client_state_update(merged, update):
 def _to_server(update):
   """What the client uploads: Delta_i = w - theta_i^+ and g_i."""
   return collections.OrderedDict([
-      (client_work_lib.DELTA_KEY, list(update[client_work_lib.DELTA_KEY])),
+      (ground.DELTA_KEY, list(update[ground.DELTA_KEY])),
       (LOCAL_UPDATE_KEY, list(update[LOCAL_UPDATE_KEY])),
   ])
 
@@ -214,13 +215,13 @@ def drift_aggregator(
 
   @tff.tensorflow.computation(update_type)
   def delta_of(update):
-    return update[client_work_lib.DELTA_KEY]
+    return update[ground.DELTA_KEY]
 
   @tff.tensorflow.computation(mean_process.next.type_signature.result.result
-                              .member, update_type[client_work_lib.DELTA_KEY])
+                              .member, update_type[ground.DELTA_KEY])
   def combine(mean, total):
     return collections.OrderedDict([
-        (client_work_lib.DELTA_KEY, mean[client_work_lib.DELTA_KEY]),
+        (ground.DELTA_KEY, mean[ground.DELTA_KEY]),
         (LOCAL_UPDATE_KEY, mean[LOCAL_UPDATE_KEY]),
         (DELTA_SUM_KEY, total),
     ])
@@ -273,8 +274,8 @@ def drift_finalizer(
     new_total = [h - s for h, s in zip(extras[DRIFT_SUM_KEY],
                                        aggregate[DELTA_SUM_KEY])]
     return collections.OrderedDict([
-        (client_work_lib.DELTA_KEY, [
-            d - t / n for d, t in zip(aggregate[client_work_lib.DELTA_KEY],
+        (ground.DELTA_KEY, [
+            d - t / n for d, t in zip(aggregate[ground.DELTA_KEY],
                                       new_total)]),
         (LOCAL_UPDATE_KEY, list(aggregate[LOCAL_UPDATE_KEY])),
         (DRIFT_SUM_KEY, new_total),
@@ -342,7 +343,7 @@ def _fed_dc_recipe(weights_type, *, alpha, num_clients, server_optimizer_fn):
   _common.check_server_optimizer(server_optimizer_fn)
   vector_type = tff_types.type_of(tff_types.zeros_of(weights_type.trainable))
   broadcast_type = tff.StructWithPythonType(
-      [(client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
+      [(ground.MODEL_WEIGHTS_KEY, weights_type),
        (GLOBAL_UPDATE_KEY, vector_type)], collections.OrderedDict)
   initial_client_state = collections.OrderedDict([
       (DRIFT_KEY, tff_types.zeros_of(vector_type)),

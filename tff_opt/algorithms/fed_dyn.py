@@ -67,6 +67,7 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 from tff_opt.round import penalties
 
 H_KEY = 'h'
@@ -83,7 +84,7 @@ def check_num_clients(num_clients) -> None:
 
 def _delta_of(update):
   if isinstance(update, Mapping):
-    return update[client_work_lib.DELTA_KEY]
+    return update[ground.DELTA_KEY]
   return update
 
 
@@ -162,11 +163,11 @@ def _fed_dyn_recipe(weights_type, *, alpha, num_clients, server_optimizer_fn):
   initial_client_state = collections.OrderedDict([
       (penalties.LOCAL_GRADIENT_KEY, gradient)])
   broadcast_type = tff.StructWithPythonType(
-      [(client_work_lib.MODEL_WEIGHTS_KEY, weights_type)],
+      [(ground.MODEL_WEIGHTS_KEY, weights_type)],
       collections.OrderedDict)
 
   def client_state_update(merged, update):
-    g = merged[penalties.CLIENT_STATE_KEY][penalties.LOCAL_GRADIENT_KEY]
+    g = merged[ground.CLIENT_STATE_KEY][penalties.LOCAL_GRADIENT_KEY]
     return collections.OrderedDict([(penalties.LOCAL_GRADIENT_KEY, [
         a + alpha * d for a, d in zip(g, _delta_of(update))])])
 

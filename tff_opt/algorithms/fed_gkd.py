@@ -66,6 +66,7 @@ from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 from tff_opt.round import losses
 
 DEFAULT_GAMMA = 0.2  # gamma / 2 = the FedADC paper's lambda = 0.1.
@@ -135,7 +136,7 @@ def build_history_finalizer(
     accepted = tf.logical_and(
         tf.constant(keeps),
         tf.equal(tf.cast(
-            measurements[finalizers.UPDATE_NON_FINITE_KEY], tf.int32), 0))
+            measurements[ground.UPDATE_NON_FINITE_KEY], tf.int32), 0))
     pushed = extras[PUSHED_KEY]
     index = tf.math.floormod(pushed, slots)
     history = [

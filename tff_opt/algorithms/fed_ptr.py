@@ -214,12 +214,11 @@ from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
+from tff_opt.round import ground
 from tff_opt.round import mtt
 
 PROJECTED_MODEL_KEY = 'projected_model_weights'
-PREVIOUS_MODEL_KEY = distributors.PREVIOUS_MODEL_KEY
 PREVIOUS_PROJECTED_KEY = 'previous_projected_weights'
-HAS_PREVIOUS_KEY = distributors.HAS_PREVIOUS_KEY
 HAS_PREVIOUS_PROJECTION_KEY = 'has_previous_projection'
 IMAGES_KEY = 'synthetic_images'
 SYNTHETIC_LR_KEY = 'synthetic_lr'
@@ -353,7 +352,7 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
     A scalar tensor.
   """
   projected = list(broadcast[PROJECTED_MODEL_KEY])
-  current = client_work_lib.model_weights_of(broadcast).trainable
+  current = ground.model_weights_of(broadcast).trainable
   mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive,
                  layer_groups=layer_groups,
                  max_mu=1.0 / tf.cast(learning_rate, tf.float32))
@@ -368,7 +367,7 @@ def _model_shapes(model_fn):
   with tf.Graph().as_default():
     model = model_fn()
     spec = model.input_spec
-    x_spec, _ = client_work_lib.features_and_labels(spec)
+    x_spec, _ = ground.features_and_labels(spec)
     weights = [tf.identity(v) for v in model.trainable_variables]
     x = tf.zeros([1] + x_spec.shape[1:].as_list(), x_spec.dtype)
     logits = mtt.forward_from_model_fn(model_fn)(weights, x)
@@ -420,8 +419,8 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
       input_dtype.as_numpy_dtype)
   trainable_zeros = tff_types.zeros_of(weights_type.trainable)
   initial_state = collections.OrderedDict([
-      (PREVIOUS_MODEL_KEY, list(trainable_zeros)),
-      (HAS_PREVIOUS_KEY, False),
+      (ground.PREVIOUS_MODEL_KEY, list(trainable_zeros)),
+      (ground.HAS_PREVIOUS_KEY, False),
       (PREVIOUS_PROJECTED_KEY, list(trainable_zeros)),
       (HAS_PREVIOUS_PROJECTION_KEY, False),
       (IMAGES_KEY, images),
@@ -441,8 +440,8 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
     forward = mtt.forward_from_model_fn(model_fn)
     labels = mtt.synthetic_labels(num_classes, images_per_class)
     current = list(weights.trainable)
-    previous = list(state[PREVIOUS_MODEL_KEY])
-    has_previous = state[HAS_PREVIOUS_KEY]
+    previous = list(state[ground.PREVIOUS_MODEL_KEY])
+    has_previous = state[ground.HAS_PREVIOUS_KEY]
     rounds = state[MATCHING_ROUNDS_KEY]
     if update_every == 0:
       due = tf.equal(state[MTT_UPDATES_KEY], 0)
@@ -481,12 +480,12 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
         tf.logical_and(state[HAS_PREVIOUS_PROJECTION_KEY], norms > 0.0),
         dot / tf.maximum(norms, 1e-30), 0.0)
     broadcast = collections.OrderedDict([
-        (client_work_lib.MODEL_WEIGHTS_KEY, weights),
+        (ground.MODEL_WEIGHTS_KEY, weights),
         (PROJECTED_MODEL_KEY, projected),
     ])
     new_state = collections.OrderedDict([
-        (PREVIOUS_MODEL_KEY, current),
-        (HAS_PREVIOUS_KEY, tf.constant(True)),
+        (ground.PREVIOUS_MODEL_KEY, current),
+        (ground.HAS_PREVIOUS_KEY, tf.constant(True)),
         (PREVIOUS_PROJECTED_KEY, projected),
         (HAS_PREVIOUS_PROJECTION_KEY, has_previous),
         (IMAGES_KEY, images),
@@ -553,7 +552,7 @@ def client_synthetic_images(dataset: tf.data.Dataset, *, num_classes: int,
 
   def add(state, element):
     images, counts = state
-    x, y = client_work_lib.features_and_labels(element)
+    x, y = ground.features_and_labels(element)
     label = tf.reshape(tf.cast(y, tf.int32), [-1])[0]
     valid = tf.logical_and(label >= 0, label < num_classes)
     label = tf.where(valid, label, 0)
@@ -615,11 +614,11 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
   def prepare(broadcast, dataset):
     forward = mtt.forward_from_model_fn(model_fn)
     labels = mtt.synthetic_labels(num_classes, images_per_class)
-    current = list(client_work_lib.model_weights_of(broadcast).trainable)
-    previous = list(broadcast[distributors.PREVIOUS_MODEL_KEY].trainable)
+    current = list(ground.model_weights_of(broadcast).trainable)
+    previous = list(broadcast[ground.PREVIOUS_MODEL_KEY].trainable)
     has_previous = tf.convert_to_tensor(
-        broadcast[distributors.HAS_PREVIOUS_KEY])
-    state = broadcast[client_states.CLIENT_STATE_KEY]
+        broadcast[ground.HAS_PREVIOUS_KEY])
+    state = broadcast[ground.CLIENT_STATE_KEY]
     count = state[MATCHING_ROUNDS_KEY]
     due = _is_due(count, update_every)
     run_mtt = tf.logical_and(has_previous, due)
@@ -670,8 +669,8 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
     ])
     extended = collections.OrderedDict(
         [(name, broadcast[name]) for name in (
-            client_work_lib.MODEL_WEIGHTS_KEY, distributors.PREVIOUS_MODEL_KEY,
-            distributors.HAS_PREVIOUS_KEY)] +
+            ground.MODEL_WEIGHTS_KEY, ground.PREVIOUS_MODEL_KEY,
+            ground.HAS_PREVIOUS_KEY)] +
         [(PROJECTED_MODEL_KEY, projected), (NEXT_CLIENT_STATE_KEY,
                                             next_state)])
     diagnostics = collections.OrderedDict([
@@ -704,7 +703,7 @@ def _client_state_update(merged, update):
   included) when any entry is non-finite; such a client keeps the state it
   came with, as if it had not taken part.
   """
-  old = merged[client_states.CLIENT_STATE_KEY]
+  old = merged[ground.CLIENT_STATE_KEY]
   new = update[NEXT_CLIENT_STATE_KEY]
   valid = new[_STATE_VALID_KEY] > 0.5
   return collections.OrderedDict([
@@ -719,7 +718,7 @@ def _client_state_update(merged, update):
 
 def _delta_only(update):
   """`to_server`: only the delta leaves the client."""
-  return update[client_work_lib.DELTA_KEY]
+  return update[ground.DELTA_KEY]
 
 
 def build_fed_ptr(

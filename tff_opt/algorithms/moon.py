@@ -66,6 +66,7 @@ from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import contrastive
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 
 DEFAULT_TEMPERATURE = 0.5  # MOON's and the FedADC paper's tau.
 PREVIOUS_MODEL_KEY = 'previous_model'
@@ -73,18 +74,18 @@ PREVIOUS_MODEL_KEY = 'previous_model'
 
 def previous_trainable(broadcast):
   """w_i^{t-1}'s trainable weights, or w_t's for a client seen first."""
-  state = broadcast[client_states.CLIENT_STATE_KEY]
+  state = broadcast[ground.CLIENT_STATE_KEY]
   own = list(state[PREVIOUS_MODEL_KEY])
-  server = list(client_work_lib.model_weights_of(broadcast).trainable)
-  return tf.cond(state[client_states.INITIALIZED_KEY], lambda: own,
+  server = list(ground.model_weights_of(broadcast).trainable)
+  return tf.cond(state[ground.INITIALIZED_KEY], lambda: own,
                  lambda: server)
 
 
 def _client_state_update(merged, update):
   """The client's final local weights, w_t - Delta_i, as its next state."""
-  start = client_work_lib.model_weights_of(merged).trainable
+  start = ground.model_weights_of(merged).trainable
   return collections.OrderedDict([
-      (client_states.INITIALIZED_KEY, tf.constant(True)),
+      (ground.INITIALIZED_KEY, tf.constant(True)),
       (PREVIOUS_MODEL_KEY, [w - d for w, d in zip(start, update)]),
   ])
 
@@ -123,11 +124,11 @@ def _moon_recipe(weights_type, *, mu, temperature, server_optimizer_fn,
   """`moon_recipe`'s parts for one model-weights type."""
   _common.check_server_optimizer(server_optimizer_fn)
   initial_client_state = collections.OrderedDict([
-      (client_states.INITIALIZED_KEY, np.bool_(False)),
+      (ground.INITIALIZED_KEY, np.bool_(False)),
       (PREVIOUS_MODEL_KEY, tff_types.zeros_of(weights_type.trainable)),
   ])
   broadcast_type = tff.StructWithPythonType(
-      [(client_work_lib.MODEL_WEIGHTS_KEY, weights_type)],
+      [(ground.MODEL_WEIGHTS_KEY, weights_type)],
       collections.OrderedDict)
   return recipe_lib.Recipe(
       work_broadcast_type=client_states.client_broadcast_type(

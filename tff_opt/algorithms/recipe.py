@@ -76,6 +76,7 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import composers
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +284,7 @@ def with_shared_non_trainables(recipe: Recipe,
   def base_update(update):
     """The update the recipe's own client work would have made."""
     if base_report_fn is None:
-      return update[client_work_lib.DELTA_KEY]
+      return update[ground.DELTA_KEY]
     return collections.OrderedDict(
         [(k, v) for k, v in update.items() if k != NON_TRAINABLE_KEY])
 
@@ -311,7 +312,7 @@ def with_shared_non_trainables(recipe: Recipe,
 
   def finalizer_fn(aggregate_type):
     return finalizers.with_non_trainable_mean(
-        recipe.finalizer_fn(aggregate_type[aggregators.UPDATE_KEY]),
+        recipe.finalizer_fn(aggregate_type[ground.UPDATE_KEY]),
         weights_type, aggregate_type, shared=shared)
 
   client_state_update = None

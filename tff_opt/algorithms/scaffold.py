@@ -52,6 +52,7 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
+from tff_opt.round import ground
 from tff_opt.round import penalties
 
 CONTROL_DELTA_KEY = 'control_delta'
@@ -73,7 +74,7 @@ def _control_delta(model, dataset, broadcast, *, delta, num_steps,
 def _client_state_update(merged, update):
   c_i = penalties.effective_client_control_variate(merged)
   return collections.OrderedDict([
-      (client_states.INITIALIZED_KEY, tf.constant(True)),
+      (ground.INITIALIZED_KEY, tf.constant(True)),
       (penalties.CONTROL_VARIATE_KEY,
        [a + b for a, b in zip(c_i, update[CONTROL_DELTA_KEY])]),
   ])
@@ -149,10 +150,10 @@ def _scaffold_recipe(weights_type, *, server_optimizer_fn, num_clients):
   zeros = tff_types.zeros_of(weights_type.trainable)
   vector_type = tff_types.type_of(zeros)
   broadcast_type = tff.StructWithPythonType(
-      [(client_work_lib.MODEL_WEIGHTS_KEY, weights_type),
+      [(ground.MODEL_WEIGHTS_KEY, weights_type),
        (penalties.CONTROL_VARIATE_KEY, vector_type)], collections.OrderedDict)
   initial_client_state = collections.OrderedDict([
-      (client_states.INITIALIZED_KEY, np.bool_(False)),
+      (ground.INITIALIZED_KEY, np.bool_(False)),
       (penalties.CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
   ])
 

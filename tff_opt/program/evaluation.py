@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_work
+from tff_opt.round import ground
 
 Evaluator = Callable[[tff.learning.models.ModelWeights], dict[str, object]]
 
@@ -36,7 +36,7 @@ def build_evaluator(
   """
   model = model_fn()
   weights = tff.learning.models.ModelWeights.from_model(model)
-  finalizers = client_work.unconverted_finalizers(model)
+  finalizers = ground.unconverted_finalizers(model)
   unfinalized_type = tff.types.tensorflow_to_type(
       tf.nest.map_structure(lambda t: tf.TensorSpec.from_tensor(
           tf.convert_to_tensor(t)), model.report_local_unfinalized_metrics()))
@@ -48,13 +48,13 @@ def build_evaluator(
     return {name: f(unfinalized[name]) for name, f in finalizers.items()}
 
   # AutoGraph converts the loop, not Keras' forward pass (see client_work).
-  forward_pass = client_work.unconverted(model.forward_pass)
+  forward_pass = ground.unconverted(model.forward_pass)
 
   @tf.function
   def run_pass():
     for batch in iter(dataset):
       forward_pass(batch, training=False)
-    return client_work.unconverted(model.report_local_unfinalized_metrics)()
+    return ground.unconverted(model.report_local_unfinalized_metrics)()
 
   def evaluate(model_weights: tff.learning.models.ModelWeights):
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, model_weights)

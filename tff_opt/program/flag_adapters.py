@@ -49,6 +49,7 @@ from tff_opt.algorithms import fed_gkd as fed_gkd_lib
 from tff_opt.algorithms import fed_ntd as fed_ntd_lib
 from tff_opt.algorithms import fed_rs as fed_rs_lib
 from tff_opt.algorithms import moon as moon_lib
+from tff_opt.round import ground
 from tff_opt.round import optimizers
 from tff_opt.round import schedules
 
@@ -226,10 +227,10 @@ def client_learning_rate(client_optimizer_fn: Any, algorithm: str) -> float:
   """
   hparams = client_optimizer_fn.get_hparams(
       client_optimizer_fn.initialize(tf.TensorSpec((), tf.float32)))
-  if list(hparams) != [optimizers.LEARNING_RATE_KEY]:
+  if list(hparams) != [ground.LEARNING_RATE_KEY]:
     raise ValueError(f'--algorithm={algorithm} takes its local steps with '
                      'plain SGD; use --client_opt=sgd.')
-  return float(hparams[optimizers.LEARNING_RATE_KEY])
+  return float(hparams[ground.LEARNING_RATE_KEY])
 
 
 def fed_opt(model_fn, **common):

@@ -80,7 +80,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt.round import client_work
+from tff_opt.round import ground
 from tff_opt.round import losses
 from tff_opt.round import penalties
 from tff_opt.algorithms import _common
@@ -151,7 +151,7 @@ def evaluate_metrics(model: tff.learning.models.VariableModel,
             tf.constant(0, tf.int64))
   for batch in iter(dataset):
     output = model.forward_pass(batch, training=False)
-    _, y = client_work.features_and_labels(batch)
+    _, y = ground.features_and_labels(batch)
     predicted = tf.argmax(output.predictions, axis=-1)
     labels = tf.cast(tf.reshape(y, tf.shape(predicted)), tf.int64)
     n = tf.shape(predicted, out_type=tf.int64)[0]
@@ -178,7 +178,7 @@ def check_classifier(
       tensor of shape [batch].
   """
   with tf.Graph().as_default():
-    _, y_spec = client_work.features_and_labels(model_fn().input_spec)
+    _, y_spec = ground.features_and_labels(model_fn().input_spec)
   if y_spec.shape.rank != 1 or not y_spec.dtype.is_integer:
     raise ValueError(
         'personalization needs a classifier with one integer label per '
@@ -258,7 +258,7 @@ def build_fine_tune_fn(
           output = model.forward_pass(batch, training=True)
           loss = output.loss
           if teacher is not None:
-            x, y = client_work.features_and_labels(batch)
+            x, y = ground.features_and_labels(batch)
             kl = losses.self_confidence_kl(
                 output.predictions,
                 teacher.predict_on_batch(x, training=False), y, rho,
@@ -443,7 +443,7 @@ def build_client_inputs(
       skipped.append(i)
       continue
     stacked = tf.nest.map_structure(lambda *t: np.stack(t), *examples)
-    _, labels = client_work.features_and_labels(stacked)
+    _, labels = ground.features_and_labels(stacked)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
       raise ValueError('personalization needs one integer label per '
                        f'example, got labels of shape {labels.shape[1:]} '

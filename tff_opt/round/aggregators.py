@@ -61,7 +61,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_work
+from tff_opt.round import ground
 
 SUMS_KEY = 'sums'
 NUM_CLIENTS_KEY = 'num_clients'
@@ -92,16 +92,16 @@ def mean_delta_sum_rest(
     ValueError: If `update_type` has no 'delta' entry or nothing else.
   """
   names = _fields(update_type)
-  if client_work.DELTA_KEY not in names or len(names) < 2:
+  if ground.DELTA_KEY not in names or len(names) < 2:
     raise ValueError("update_type must be a struct with a 'delta' entry and "
                      f'at least one other; got entries {names}.')
-  rest = [n for n in names if n != client_work.DELTA_KEY]
+  rest = [n for n in names if n != ground.DELTA_KEY]
   mean_process = tff.aggregators.MeanFactory().create(
-      update_type[client_work.DELTA_KEY], weight_type)
+      update_type[ground.DELTA_KEY], weight_type)
 
   @tff.tensorflow.computation(update_type)
   def delta_of(update):
-    return update[client_work.DELTA_KEY]
+    return update[ground.DELTA_KEY]
 
   @tff.tensorflow.computation(update_type)
   def rest_of(update):
@@ -119,7 +119,7 @@ def mean_delta_sum_rest(
     mean_output = mean_process.next(state, tff.federated_map(delta_of, update),
                                     weight)
     result = tff.federated_zip(collections.OrderedDict([
-        (client_work.DELTA_KEY, mean_output.result),
+        (ground.DELTA_KEY, mean_output.result),
         (SUMS_KEY, tff.federated_sum(tff.federated_map(rest_of, update))),
         (NUM_CLIENTS_KEY, tff.federated_sum(
             tff.federated_map(took_part, weight))),
@@ -218,12 +218,6 @@ class ClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
                                             next_fn)
 
 
-UPDATE_KEY = 'update'
-NON_TRAINABLE_KEY = 'non_trainable'
-MEAN_KEY = 'mean'
-TOTAL_WEIGHT_KEY = 'total_weight'
-
-
 def _sum_dtype(dtype: tf.DType) -> tf.DType:
   """The dtype a non-trainable's weighted sum is taken in (float64 for ints)."""
   return dtype if dtype.is_floating else tf.float64
@@ -269,9 +263,9 @@ def with_non_trainable_mean(
   def weighted_values(sent, weight):
     values = non_trainable_of(sent)
     return collections.OrderedDict([
-        (MEAN_KEY, [tf.cast(weight, _sum_dtype(v.dtype)) *
+        (ground.MEAN_KEY, [tf.cast(weight, _sum_dtype(v.dtype)) *
                     tf.cast(v, _sum_dtype(v.dtype)) for v in values]),
-        (TOTAL_WEIGHT_KEY, weight),
+        (ground.TOTAL_WEIGHT_KEY, weight),
     ])
 
   @tff.tensorflow.computation(sent_type)
@@ -285,15 +279,15 @@ def with_non_trainable_mean(
 
   @tff.tensorflow.computation(weighted_values.type_signature.result)
   def mean_of(sums):
-    total = sums[TOTAL_WEIGHT_KEY]
+    total = sums[ground.TOTAL_WEIGHT_KEY]
     means = []
-    for weighted, dtype in zip(sums[MEAN_KEY], value_dtypes):
+    for weighted, dtype in zip(sums[ground.MEAN_KEY], value_dtypes):
       mean = tf.math.divide_no_nan(weighted, tf.cast(total, weighted.dtype))
       if not tf.as_dtype(dtype).is_floating:
         mean = tf.round(mean)
       means.append(tf.cast(mean, dtype))
-    return collections.OrderedDict([(MEAN_KEY, means),
-                                    (TOTAL_WEIGHT_KEY, total)])
+    return collections.OrderedDict([(ground.MEAN_KEY, means),
+                                    (ground.TOTAL_WEIGHT_KEY, total)])
 
   @tff.federated_computation(
       inner_process.initialize.type_signature.result,
@@ -305,8 +299,8 @@ def with_non_trainable_mean(
     sums = tff.federated_sum(tff.federated_map(weighted_values,
                                                (sent, weight)))
     result = tff.federated_zip(collections.OrderedDict([
-        (UPDATE_KEY, inner_output.result),
-        (NON_TRAINABLE_KEY, tff.federated_map(mean_of, sums)),
+        (ground.UPDATE_KEY, inner_output.result),
+        (ground.NON_TRAINABLE_KEY, tff.federated_map(mean_of, sums)),
     ]))
     return tff.templates.MeasuredProcessOutput(
         inner_output.state, result, inner_output.measurements)

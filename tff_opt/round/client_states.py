@@ -77,15 +77,12 @@ import tensorflow_federated as tff
 
 from tff_opt import tff_types
 from tff_opt.round import composers
+from tff_opt.round import ground
 
-CLIENT_STATE_KEY = 'client_state'
 # What each client returns from a round of `compose`'s computation: its
 # position in the round (as given) and its new state.
 POSITION_KEY = 'position'
 STATE_KEY = 'state'
-# The flag of a client state that is a client's own once it took part (the
-# initial state's is False; SCAFFOLD's c_i, FedBN's batch norm).
-INITIALIZED_KEY = 'initialized'
 
 
 class ClientStatefulProcess:
@@ -215,7 +212,7 @@ def compose(
     initial_model_weights_fn: A no-arg `tff.Computation` returning the
       initial `ModelWeights`.
     distributor: Its result must be a mapping `{'model_weights', ...}`; it
-      may take a `composers.ServerState` to read the finalizer's state.
+      may take a `ground.ServerState` to read the finalizer's state.
     client_work: Built with `broadcast_type=client_broadcast_type(...)`, the
       distributor's broadcast plus `'client_state'`.
     aggregator: A weighted aggregation process for the client updates.
@@ -251,7 +248,7 @@ def compose(
     if client_input_fn is not None:
       return client_input_fn(broadcast, client_state)
     return collections.OrderedDict(
-        _items(broadcast) + [(CLIENT_STATE_KEY, client_state)])
+        _items(broadcast) + [(ground.CLIENT_STATE_KEY, client_state)])
 
   @tff.tensorflow.computation(merged_type, update_type)
   def new_client_state(merged, update):
@@ -326,7 +323,7 @@ def client_broadcast_type(broadcast_type: tff.Type,
   """The type a stateful client work receives: broadcast + 'client_state'."""
   return tff.StructWithPythonType(
       list(tff.structure.iter_elements(broadcast_type)) +
-      [(CLIENT_STATE_KEY, client_state_type)], collections.OrderedDict)
+      [(ground.CLIENT_STATE_KEY, client_state_type)], collections.OrderedDict)
 
 
 # --- Checkpointing the training loop's {client_id: state} --------------------

@@ -30,12 +30,12 @@ learning rate, overriding the optimizer's `learning_rate` each round;
 ExpDecay of Reddi et al. Appendix E.6 is `schedules.staircase_decay`).
 
 Per-client constants (FedFOR's, FedCurv's, FedADC's): a penalty or
-`look_ahead` may be a `PrecomputedHook(precompute, step)` instead of a plain
-function. Its `precompute(broadcast, *, learning_rate[, num_steps]) ->
+`look_ahead` may be a `ground.PrecomputedHook(precompute, step)` instead of
+a plain function. Its `precompute(broadcast, *, learning_rate[, num_steps]) ->
 constants` runs once per client, before the loop (e.g. FedFOR's d = w_{t-1}
 - w_t), and its `step(weights, constants)` at every step; the penalty's
 gradient still comes from autodiff of `step`. Calling the hook with the
-plain signature runs both, so a `PrecomputedHook` is also a plain penalty
+plain signature runs both, so a `ground.PrecomputedHook` is also a plain penalty
 (its value is the objective's).
 
 Choices written down here:
@@ -58,37 +58,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt.round import optimizers
+from tff_opt.round import ground
 
+Penalty = Union[Callable[..., tf.Tensor], ground.PrecomputedHook]
 
-@dataclasses.dataclass(frozen=True)
-class PrecomputedHook:
-  """A penalty or look-ahead hook split into per-client and per-step parts.
-
-  Attributes:
-    precompute: `(broadcast, *, learning_rate[, num_steps]) -> constants`,
-      run once per client before its local steps.
-    step: `(weights, constants) -> result` (a scalar for a penalty, offsets
-      for `look_ahead`), run at every local step.
-  """
-  precompute: Callable[..., Any]
-  step: Callable[[Any, Any], Any]
-
-  def __call__(self, weights, broadcast, **kwargs):
-    """The plain hook signature: both parts, one after the other."""
-    return self.step(weights, self.precompute(broadcast, **kwargs))
-
-
-Penalty = Union[Callable[..., tf.Tensor], PrecomputedHook]
-
-ROUND_NUM_KEY = 'round_num'
-OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
-LEARNING_RATE_KEY = optimizers.LEARNING_RATE_KEY  # TFF optimizers' name.
-MODEL_WEIGHTS_KEY = 'model_weights'
-DELTA_KEY = 'delta'
 PREPARE_KEY = 'prepare'
-NUM_STEPS_KEY = 'num_steps'
-CLIENT_STATS_KEY = 'client_stats'
+
+# Re-exported from ground.py for notebooks/write_your_own_algorithm.ipynb
+# (which this change does not edit).
+model_weights_of = ground.model_weights_of
 
 
 def _check_hook(owner: str, name: str, value: Any) -> None:
@@ -109,7 +87,7 @@ class LocalObjective:
     penalty: `(weights, broadcast, *, learning_rate[, num_steps]) -> scalar
       tf.Tensor`, added to every batch loss inside the gradient tape (so its
       gradient comes from autodiff, never written by hand), or a
-      `PrecomputedHook`. `weights` is the list of trainable variables in
+      `ground.PrecomputedHook`. `weights` is the list of trainable variables in
       model order; `broadcast` is what the distributor sent (a
       `tff.learning.models.ModelWeights`, or a mapping whose
       `'model_weights'` entry is one, plus the algorithm's extras, the
@@ -117,11 +95,11 @@ class LocalObjective:
       `learning_rate` is this round's client learning rate eta (FedFOR
       divides by it). `tff_opt.round.penalties` has the algorithms'.
     look_ahead: `(weights, broadcast, *, learning_rate[, num_steps]) ->
-      offsets` (one tensor per trainable variable), or a `PrecomputedHook`:
-      before each forward pass the variables are shifted by the offsets;
-      the gradient is taken there and the optimizer steps from the
-      unshifted weights (a Nesterov-type step; training metrics are then
-      those of the shifted model).
+      offsets` (one tensor per trainable variable), or a
+      `ground.PrecomputedHook`: before each forward pass the variables are
+      shifted by the offsets; the gradient is taken there and the optimizer
+      steps from the unshifted weights (a Nesterov-type step; training
+      metrics are then those of the shifted model).
     loss_fn_builder: `model_fn -> loss_fn`, called once in the client's
       graph (it may build models, e.g. a teacher); `loss_fn(model, batch,
       output, broadcast, context) -> scalar` replaces `output.loss` (the
@@ -141,7 +119,7 @@ class LocalObjective:
       is not a bool.
   """
   penalty: Optional[Penalty] = None
-  look_ahead: Optional[Union[Callable[..., Any], PrecomputedHook]] = None
+  look_ahead: Optional[Union[Callable[..., Any], ground.PrecomputedHook]] = None
   loss_fn_builder: Optional[Callable[..., Callable[..., tf.Tensor]]] = None
   client_stats_fn: Optional[Callable[[tf.data.Dataset], Any]] = None
   count_steps: bool = False
@@ -209,109 +187,7 @@ class ClientPasses:
       _check_hook('ClientPasses', field, getattr(self, field))
 
 
-@tf.autograph.experimental.do_not_convert
-def unconverted(fn):
-  """`fn`, to be called as written: AutoGraph does not convert it.
-
-  AutoGraph converts the client loop (its `for` over the dataset, its `if`s
-  on tensors) and, recursively, every function the loop calls. Keras'
-  forward pass and metrics and TFF's optimizers branch on Python values
-  only, so converting them computes nothing different, yet it was most of a
-  process's build time (about 4 of 7 s for FedOpt on EMNIST-CR). The loop
-  calls them through `unconverted`; a `tf.function` (a Keras-backed model's
-  `forward_pass`) by its Python function, which traced on its own would be
-  converted again and called as a nested function. The algorithms' own
-  hooks (penalties, look-aheads, reports) are still converted: they may
-  branch on tensors.
-  """
-  return tf.autograph.experimental.do_not_convert(
-      getattr(fn, 'python_function', fn))
-
-
-def unconverted_finalizers(model) -> collections.OrderedDict:
-  """`model.metric_finalizers()`, each one left as written by AutoGraph.
-
-  Keras-backed finalizers build a metric object per call and branch on
-  Python values only, yet converting them (and what they call) took ~0.8 s
-  of FedOpt's process build. They are `tf.function`s whose automatic
-  control dependencies order the metric's variable assignments before its
-  `result()`: such a finalizer stays a `tf.function`, traced with
-  `autograph=False`; any other callable is wrapped by `unconverted`.
-  """
-  finalizers = collections.OrderedDict()
-  for name, finalizer in model.metric_finalizers().items():
-    python_function = getattr(finalizer, 'python_function', None)
-    finalizers[name] = (unconverted(finalizer) if python_function is None
-                        else tf.function(python_function, autograph=False))
-  return finalizers
-
-
-def model_to_overwrite(model_fn):
-  """`model_fn()` whose trainable variables start at zeros, not random.
-
-  TFF runs a client computation's variable initializers on every call, and
-  a client's trainable weights are overwritten by the broadcast model before
-  anything reads them. Their initializers compute values nobody uses, and
-  some are costly: Keras' orthogonal initializer of an LSTM's recurrent
-  kernel is a QR decomposition, and the Stack Overflow NWP model's
-  initializers took ~0.4 CPU-s per client call on TFF's worker (50 clients
-  a round: ~20 of its ~55 CPU-s). Here a variable created with
-  `trainable=True`, a fully known shape and a dtype starts at `tf.zeros`
-  instead. Every other variable (batch-norm statistics, metric
-  accumulators, optimizer slots) keeps its initializer.
-
-  Call it only where the model's weights are assigned before they are read
-  (`_build_client_update` does so first thing). If the model has a
-  trainable variable that its `trainable_variables` do not list (so no
-  assignment would reach it), the zeroed model is dropped and `model_fn()`
-  is called again as is.
-
-  Args:
-    model_fn: A no-arg builder of a `tff.learning.models.VariableModel`,
-      called in a graph (inside a `tff.tensorflow.computation`).
-
-  Returns:
-    The model.
-  """
-  zeroed = []
-
-  def zero_initialized(next_creator, **kwargs):
-    shape = kwargs.get('shape')
-    dtype = kwargs.get('dtype')
-    if (kwargs.get('trainable') is True and dtype is not None and
-        shape is not None and tf.TensorShape(shape).is_fully_defined()):
-      shape, dtype = tf.TensorShape(shape), tf.as_dtype(dtype)
-      kwargs['initial_value'] = lambda: tf.zeros(shape, dtype)
-      variable = next_creator(**kwargs)
-      zeroed.append(variable)
-      return variable
-    return next_creator(**kwargs)
-
-  with tf.variable_creator_scope(zero_initialized):
-    model = model_fn()
-  listed = {v.ref() for v in model.trainable_variables}
-  if all(v.ref() in listed for v in zeroed):
-    return model
-  return model_fn()
-
-
-@unconverted
-def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
-  """Returns the model weights inside what a distributor broadcast."""
-  if isinstance(broadcast, tff.learning.models.ModelWeights):
-    return broadcast
-  return broadcast[MODEL_WEIGHTS_KEY]
-
-
-def features_and_labels(batch) -> tuple[Any, Any]:
-  """A batch's (or input spec's) `(x, y)`: a mapping's 'x' and 'y' entries,
-  else its first two elements."""
-  if isinstance(batch, collections.abc.Mapping):
-    return batch['x'], batch['y']
-  return batch[0], batch[1]
-
-
-@unconverted
+@ground.unconverted
 def _num_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
   if output.num_examples is not None:
     return tf.cast(output.num_examples, tf.int64)
@@ -321,11 +197,11 @@ def _num_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
 def _per_step(hook, broadcast, kwargs):
   """Returns `hook` as a function of the weights alone (or `None`).
 
-  A `PrecomputedHook`'s constants are computed here, once per client.
+  A `ground.PrecomputedHook`'s constants are computed here, once per client.
   """
   if hook is None:
     return None
-  if isinstance(hook, PrecomputedHook):
+  if isinstance(hook, ground.PrecomputedHook):
     constants = hook.precompute(broadcast, **kwargs)
     return lambda weights: hook.step(weights, constants)
   return lambda weights: hook(weights, broadcast, **kwargs)
@@ -342,7 +218,7 @@ def _count_batches(dataset: tf.data.Dataset) -> tf.Tensor:
       lambda: dataset.reduce(tf.constant(0, tf.int32), lambda n, _: n + 1))
 
 
-@unconverted
+@ground.unconverted
 def _zero_if_non_finite(delta):
   """Returns (delta or zeros, 1 if any entry was non-finite else 0)."""
   finite = checks.all_finite(delta)
@@ -357,9 +233,9 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
 
   Must be called inside a `tff.tensorflow.computation`: the model's
   variables are created in that computation's graph, trainable ones
-  without their initializers' work (`model_to_overwrite`).
+  without their initializers' work (`ground.model_to_overwrite`).
   """
-  model = model_to_overwrite(model_fn)
+  model = ground.model_to_overwrite(model_fn)
   model_weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = model_weights.trainable
   look_ahead = objective.look_ahead
@@ -369,25 +245,25 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
 
   @tf.function
   def client_update(hparams, broadcast, dataset):
-    initial_weights = model_weights_of(broadcast)
+    initial_weights = ground.model_weights_of(broadcast)
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights,
                           initial_weights)
-    learning_rate = hparams[LEARNING_RATE_KEY]
+    learning_rate = hparams[ground.LEARNING_RATE_KEY]
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-    optimizer_state = unconverted(optimizer.set_hparams)(
-        unconverted(optimizer.initialize)(specs), hparams)
+    optimizer_state = ground.unconverted(optimizer.set_hparams)(
+        ground.unconverted(optimizer.initialize)(specs), hparams)
     num_examples = tf.constant(0, tf.int64)
     local_steps = tf.constant(0, tf.int64)  # Steps taken (for report_fn).
     hook_kwargs = {}
     if objective.count_steps:
-      hook_kwargs[NUM_STEPS_KEY] = _count_batches(dataset)
-    hook_args = dict([(LEARNING_RATE_KEY, learning_rate)], **hook_kwargs)
-    # A `PrecomputedHook`'s per-client constants: computed once, here.
+      hook_kwargs[ground.NUM_STEPS_KEY] = _count_batches(dataset)
+    hook_args = dict([(ground.LEARNING_RATE_KEY, learning_rate)], **hook_kwargs)
+    # A `ground.PrecomputedHook`'s per-client constants: computed once, here.
     penalty_of = _per_step(objective.penalty, broadcast, hook_args)
     offsets_of = _per_step(look_ahead, broadcast, hook_args)
     context = dict(hook_args)
     if client_stats_fn is not None:
-      context[CLIENT_STATS_KEY] = client_stats_fn(dataset)
+      context[ground.CLIENT_STATS_KEY] = client_stats_fn(dataset)
     # Weights before the look-ahead shift (a loop variable for autograph).
     current = [v.read_value() for v in trainable] if look_ahead else []
 
@@ -398,7 +274,7 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
         for variable, value, offset in zip(trainable, current, offsets):
           variable.assign(value + offset)
       with tf.GradientTape() as tape:
-        output = unconverted(model.forward_pass)(batch, training=True)
+        output = ground.unconverted(model.forward_pass)(batch, training=True)
         if batch_loss_fn is None:
           loss = output.loss
         else:
@@ -408,7 +284,7 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
       gradients = tape.gradient(loss, trainable)
       # After a look-ahead the step is taken from the unshifted weights
       # (`current`); the variables get the updated weights below.
-      optimizer_state, updated = unconverted(optimizer.next)(
+      optimizer_state, updated = ground.unconverted(optimizer.next)(
           optimizer_state,
           tuple(current if look_ahead is not None else trainable),
           tuple(gradients))
@@ -427,7 +303,7 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
                          num_examples=num_examples)
       for variable, value in zip(model.local_variables, saved_metrics):
         variable.assign(value)
-      delta = collections.OrderedDict([(DELTA_KEY, delta)] +
+      delta = collections.OrderedDict([(ground.DELTA_KEY, delta)] +
                                       list(extras.items()))
     delta, non_finite = _zero_if_non_finite(delta)
     if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
@@ -436,10 +312,11 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
       weight = tf.constant(1.0, tf.float32)
     weight = tf.where(non_finite > 0, 0.0, weight)
     if non_finite > 0:
-      unconverted(model.reset_metrics)()
+      ground.unconverted(model.reset_metrics)()
     return (tff.learning.templates.ClientResult(
         update=delta, update_weight=weight),
-            unconverted(model.report_local_unfinalized_metrics)(), non_finite)
+            ground.unconverted(model.report_local_unfinalized_metrics)(),
+            non_finite)
 
   return client_update
 
@@ -499,7 +376,7 @@ def build_local_training(
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
-        unconverted_finalizers(model))
+        ground.unconverted_finalizers(model))
     element_type = tff.types.tensorflow_to_type(model.input_spec)
     weights_type = tff.learning.models.weights_type_from_model(model)
   data_type = tff.SequenceType(element_type)
@@ -508,12 +385,12 @@ def build_local_training(
 
   initial_hparams = client_optimizer.get_hparams(
       client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
-  if LEARNING_RATE_KEY not in initial_hparams:
+  if ground.LEARNING_RATE_KEY not in initial_hparams:
     raise TypeError('client_optimizer must have a learning_rate '
                     f'hyper-parameter; it has {list(initial_hparams)}.')
   initial_state = collections.OrderedDict([
-      (ROUND_NUM_KEY, 0),
-      (OPTIMIZER_HPARAMS_KEY, initial_hparams),
+      (ground.ROUND_NUM_KEY, 0),
+      (ground.OPTIMIZER_HPARAMS_KEY, initial_hparams),
   ])
 
   @tff.federated_computation
@@ -521,26 +398,26 @@ def build_local_training(
     return tff.federated_value(initial_state, tff.SERVER)
 
   state_type = init_fn.type_signature.result.member
-  hparams_type = state_type[OPTIMIZER_HPARAMS_KEY]
+  hparams_type = state_type[ground.OPTIMIZER_HPARAMS_KEY]
 
   @tff.tensorflow.computation(state_type)
   def round_hparams(state):
-    hparams = collections.OrderedDict(state[OPTIMIZER_HPARAMS_KEY])
+    hparams = collections.OrderedDict(state[ground.OPTIMIZER_HPARAMS_KEY])
     if learning_rate_schedule is not None:
-      hparams[LEARNING_RATE_KEY] = tf.cast(
-          learning_rate_schedule(state[ROUND_NUM_KEY]),
-          hparams[LEARNING_RATE_KEY].dtype)
+      hparams[ground.LEARNING_RATE_KEY] = tf.cast(
+          learning_rate_schedule(state[ground.ROUND_NUM_KEY]),
+          hparams[ground.LEARNING_RATE_KEY].dtype)
     return hparams
 
   @tff.tensorflow.computation(hparams_type)
   def learning_rate_of(hparams):
-    return hparams[LEARNING_RATE_KEY]
+    return hparams[ground.LEARNING_RATE_KEY]
 
   @tff.tensorflow.computation(state_type)
   def advance(state):
     return collections.OrderedDict([
-        (ROUND_NUM_KEY, state[ROUND_NUM_KEY] + 1),
-        (OPTIMIZER_HPARAMS_KEY, state[OPTIMIZER_HPARAMS_KEY]),
+        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY] + 1),
+        (ground.OPTIMIZER_HPARAMS_KEY, state[ground.OPTIMIZER_HPARAMS_KEY]),
     ])
 
   @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
@@ -576,13 +453,13 @@ def build_local_training(
 
   @tff.tensorflow.computation(state_type)
   def get_hparams_fn(state):
-    return state[OPTIMIZER_HPARAMS_KEY]
+    return state[ground.OPTIMIZER_HPARAMS_KEY]
 
   @tff.tensorflow.computation(state_type, hparams_type)
   def set_hparams_fn(state, hparams):
     return collections.OrderedDict([
-        (ROUND_NUM_KEY, state[ROUND_NUM_KEY]),
-        (OPTIMIZER_HPARAMS_KEY, hparams),
+        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY]),
+        (ground.OPTIMIZER_HPARAMS_KEY, hparams),
     ])
 
   return tff.learning.templates.ClientWorkProcess(

@@ -6,7 +6,7 @@ Fisher sums u, v and FedADC the global momentum m_t, both of which the
 finalizer computes; TFF's composer only hands the distributor the model.
 
 A distributor asks for the route by taking, as its value argument, a
-`ServerState(model_weights, finalizer_state)` (see
+`ground.ServerState(model_weights, finalizer_state)` (see
 `distributors.with_finalizer_state`). Any other distributor gets the model
 weights alone, exactly as in TFF, so every `tff.learning.templates` part
 composes here unchanged.
@@ -24,23 +24,18 @@ behave as for TFF's own algorithms; per-part measurements are reported under
 
 import collections
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import tensorflow_federated as tff
 
 from tff_opt.round import communication
-
-
-class ServerState(NamedTuple):
-  """What a state-reading distributor receives at the server."""
-  model_weights: Any
-  finalizer_state: Any
+from tff_opt.round import ground
 
 
 def _wants_finalizer_state(distributor) -> bool:
   value_type = distributor.next.type_signature.parameter[1].member
   return (isinstance(value_type, tff.StructWithPythonType) and
-          value_type.python_container is ServerState)
+          value_type.python_container is ground.ServerState)
 
 
 def compose_learning_process(
@@ -136,7 +131,7 @@ def run_round(state, client_data, distributor, client_work, aggregator,
   """
   if _wants_finalizer_state(distributor):
     server_value = tff.federated_zip(
-        ServerState(state.global_model_weights, state.finalizer))
+        ground.ServerState(state.global_model_weights, state.finalizer))
   else:
     server_value = state.global_model_weights
   distributor_output = distributor.next(state.distributor, server_value)

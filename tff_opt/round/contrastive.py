@@ -61,7 +61,7 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_work
+from tff_opt.round import ground
 
 PROJECTION_LAYER = 'projection'
 COSINE_EPSILON = 1e-8  # PyTorch's CosineSimilarity default.
@@ -219,8 +219,8 @@ def moon_loss(
 
   def builder(model_fn):
     # Their weights are assigned before every use.
-    global_copy = client_work.model_to_overwrite(model_fn)
-    previous_copy = client_work.model_to_overwrite(model_fn)
+    global_copy = ground.model_to_overwrite(model_fn)
+    previous_copy = ground.model_to_overwrite(model_fn)
     global_weights = tff.learning.models.ModelWeights.from_model(global_copy)
     previous_weights = tff.learning.models.ModelWeights.from_model(
         previous_copy)
@@ -234,12 +234,12 @@ def moon_loss(
       local_z = local_z_models.get(id(model))
       if local_z is None:
         local_z = local_z_models[id(model)] = projection_model(model)
-      weights = client_work.model_weights_of(broadcast)
+      weights = ground.model_weights_of(broadcast)
       _assign(global_weights.trainable, weights.trainable)
       _assign(global_weights.non_trainable, weights.non_trainable)
       _assign(previous_weights.trainable, previous_trainable_of(broadcast))
       _assign(previous_weights.non_trainable, weights.non_trainable)
-      x, _ = client_work.features_and_labels(batch)
+      x, _ = ground.features_and_labels(batch)
       # The forward pass already updated the non-trainables (BN moving
       # statistics) on this batch; the second pass must not do it again.
       kept = [v.read_value() for v in model.non_trainable_variables]

@@ -5,7 +5,7 @@ build_broadcast_process`). Algorithms that broadcast more send a mapping
 
     {'model_weights': w_t, <extra name>: <extra value>, ...}
 
-which the shared client work unpacks with `client_work.model_weights_of`;
+which the shared client work unpacks with `ground.model_weights_of`;
 penalties read their extras from it by name.
 
 `with_previous_model` broadcasts the current and the previous global model
@@ -14,7 +14,7 @@ it broadcast last round.
 
 `with_finalizer_state` broadcasts extras computed from the finalizer's state
 (FedADC's global momentum, FedCurv's Fisher sums): the composer hands such a
-distributor `composers.ServerState(model_weights, finalizer_state)`.
+distributor `ground.ServerState(model_weights, finalizer_state)`.
 """
 
 import collections
@@ -24,8 +24,7 @@ from typing import Any
 import tensorflow_federated as tff
 
 from tff_opt import tff_types
-from tff_opt.round import client_work
-from tff_opt.round import composers
+from tff_opt.round import ground
 
 
 def with_finalizer_state(
@@ -44,25 +43,25 @@ def with_finalizer_state(
 
   Returns:
     A stateless `DistributionProcess` whose value argument is a
-    `composers.ServerState` and whose result, at the clients, is
+    `ground.ServerState` and whose result, at the clients, is
     `{'model_weights': ..., **extras_fn(finalizer_state)}`.
 
   Raises:
     ValueError: If `extras_fn` returns the reserved name 'model_weights'.
   """
   server_type = tff.StructWithPythonType(
-      list(zip(composers.ServerState._fields,
+      list(zip(ground.ServerState._fields,
                (model_weights_type, finalizer_state_type))),
-      composers.ServerState)
+      ground.ServerState)
 
   @tff.tensorflow.computation(server_type)
   def broadcast_value(server_state):
     extras = extras_fn(server_state.finalizer_state)
-    if client_work.MODEL_WEIGHTS_KEY in extras:
+    if ground.MODEL_WEIGHTS_KEY in extras:
       raise ValueError("extras_fn must not return the reserved key "
-                       f"'{client_work.MODEL_WEIGHTS_KEY}'.")
+                       f"'{ground.MODEL_WEIGHTS_KEY}'.")
     return collections.OrderedDict(
-        [(client_work.MODEL_WEIGHTS_KEY, server_state.model_weights)] +
+        [(ground.MODEL_WEIGHTS_KEY, server_state.model_weights)] +
         list(extras.items()))
 
   @tff.federated_computation
@@ -79,10 +78,6 @@ def with_finalizer_state(
         measurements=tff.federated_value((), tff.SERVER))
 
   return tff.learning.templates.DistributionProcess(init_fn, next_fn)
-
-
-PREVIOUS_MODEL_KEY = 'previous_model_weights'
-HAS_PREVIOUS_KEY = 'has_previous'
 
 
 def with_previous_model(
@@ -103,8 +98,8 @@ def with_previous_model(
     'has_previous'}` at the server and whose measurements are empty.
   """
   initial_state = collections.OrderedDict([
-      (PREVIOUS_MODEL_KEY, tff_types.zeros_of(model_weights_type)),
-      (HAS_PREVIOUS_KEY, False)])
+      (ground.PREVIOUS_MODEL_KEY, tff_types.zeros_of(model_weights_type)),
+      (ground.HAS_PREVIOUS_KEY, False)])
 
   @tff.federated_computation
   def init_fn():
@@ -115,15 +110,15 @@ def with_previous_model(
   @tff.tensorflow.computation(state_type, model_weights_type)
   def broadcast_value(state, weights):
     return collections.OrderedDict([
-        (client_work.MODEL_WEIGHTS_KEY, weights),
-        (PREVIOUS_MODEL_KEY, state[PREVIOUS_MODEL_KEY]),
-        (HAS_PREVIOUS_KEY, state[HAS_PREVIOUS_KEY]),
+        (ground.MODEL_WEIGHTS_KEY, weights),
+        (ground.PREVIOUS_MODEL_KEY, state[ground.PREVIOUS_MODEL_KEY]),
+        (ground.HAS_PREVIOUS_KEY, state[ground.HAS_PREVIOUS_KEY]),
     ])
 
   @tff.tensorflow.computation(model_weights_type)
   def remember(weights):
-    return collections.OrderedDict([(PREVIOUS_MODEL_KEY, weights),
-                                    (HAS_PREVIOUS_KEY, True)])
+    return collections.OrderedDict([(ground.PREVIOUS_MODEL_KEY, weights),
+                                    (ground.HAS_PREVIOUS_KEY, True)])
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(model_weights_type, tff.SERVER))

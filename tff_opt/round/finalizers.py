@@ -34,14 +34,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt.round import aggregators
-from tff_opt.round import client_work
+from tff_opt.round import ground
 
 OPTIMIZER_STATE_KEY = 'optimizer'
 EXTRAS_KEY = 'extras'
-# The measurement of TFF's `build_apply_optimizer_finalizer` (and of the
-# finalizers here): 1 when the round's update was rejected as non-finite.
-UPDATE_NON_FINITE_KEY = 'update_non_finite'
 
 
 class _AsWritten(tff.learning.optimizers.Optimizer):
@@ -51,7 +47,7 @@ class _AsWritten(tff.learning.optimizers.Optimizer):
   AutoGraph converts the optimizer's `next` and everything it calls (TFF's
   type checks, sparse-gradient handling): ~0.7 s of FedOpt's process
   build. TFF's optimizers branch on Python values only (as in the client
-  loop, `client_work.unconverted`), so the graph is the same.
+  loop, `ground.unconverted`), so the graph is the same.
   """
 
   def __init__(self, optimizer: tff.learning.optimizers.Optimizer):
@@ -130,7 +126,7 @@ def apply_optimizer_with_extras(
 
   @tff.tensorflow.computation(aggregate_type)
   def delta_of(aggregate):
-    return aggregate[client_work.DELTA_KEY]
+    return aggregate[ground.DELTA_KEY]
 
   @tff.tensorflow.computation(extras_type, aggregate_type, tf.int32)
   def next_extras(extras, aggregate, non_finite):
@@ -141,7 +137,7 @@ def apply_optimizer_with_extras(
   @tff.tensorflow.computation(base.next.type_signature.result.measurements
                               .member)
   def non_finite_of(measurements):
-    return tf.cast(measurements[UPDATE_NON_FINITE_KEY], tf.int32)
+    return tf.cast(measurements[ground.UPDATE_NON_FINITE_KEY], tf.int32)
 
   @tff.federated_computation(
       tff.FederatedType(state_type, tff.SERVER),
@@ -203,28 +199,30 @@ def with_non_trainable_mean(
       and the aggregate's means differ in length.
   """
   measurements_type = base.next.type_signature.result.measurements.member
-  if UPDATE_NON_FINITE_KEY not in [
+  if ground.UPDATE_NON_FINITE_KEY not in [
       name for name, _ in tff.structure.iter_elements(measurements_type)]:
-    raise ValueError(f'The finalizer must measure {UPDATE_NON_FINITE_KEY!r} '
+    raise ValueError('The finalizer must measure '
+                     f'{ground.UPDATE_NON_FINITE_KEY!r} '
                      'to decide whether to set the non-trainables; its '
                      f'measurements are {measurements_type}.')
   shared = tuple(shared)
-  mean_type = aggregate_type[aggregators.NON_TRAINABLE_KEY]
-  if len(mean_type[aggregators.MEAN_KEY]) != len(shared):
+  mean_type = aggregate_type[ground.NON_TRAINABLE_KEY]
+  if len(mean_type[ground.MEAN_KEY]) != len(shared):
     raise ValueError(f'{len(shared)} shared non-trainables but '
-                     f'{len(mean_type[aggregators.MEAN_KEY])} means.')
+                     f'{len(mean_type[ground.MEAN_KEY])} means.')
 
   @tff.tensorflow.computation(aggregate_type)
   def update_of(aggregate):
-    return aggregate[aggregators.UPDATE_KEY]
+    return aggregate[ground.UPDATE_KEY]
 
   @tff.tensorflow.computation(model_weights_type, mean_type,
                               measurements_type)
   def set_non_trainables(weights, non_trainable, measurements):
-    means = list(non_trainable[aggregators.MEAN_KEY])
+    means = list(non_trainable[ground.MEAN_KEY])
     accepted = tf.logical_and(
-        tf.equal(tf.cast(measurements[UPDATE_NON_FINITE_KEY], tf.int32), 0),
-        non_trainable[aggregators.TOTAL_WEIGHT_KEY] > 0)
+        tf.equal(tf.cast(measurements[ground.UPDATE_NON_FINITE_KEY],
+                         tf.int32), 0),
+        non_trainable[ground.TOTAL_WEIGHT_KEY] > 0)
     floats = [m for m in means if m.dtype.is_floating]
     if floats:
       accepted = tf.logical_and(accepted, checks.all_finite(floats))
@@ -243,7 +241,7 @@ def with_non_trainable_mean(
   def next_fn(state, weights, aggregate):
     output = base.next(state, weights, tff.federated_map(update_of, aggregate))
     new_weights = tff.federated_map(set_non_trainables, (
-        output.result, aggregate[aggregators.NON_TRAINABLE_KEY],
+        output.result, aggregate[ground.NON_TRAINABLE_KEY],
         output.measurements))
     return tff.templates.MeasuredProcessOutput(output.state, new_weights,
                                                output.measurements)

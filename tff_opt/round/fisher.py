@@ -49,7 +49,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from tff_opt.round import client_work
+from tff_opt.round import ground
 
 try:  # TFF's Keras wrapper: the only `VariableModel` the fast path reads.
   from tensorflow_federated.python.learning.models import keras_utils as _tff_keras  # pylint: disable=g-import-not-at-top
@@ -149,7 +149,7 @@ def keras_chain(model) -> Optional[KerasChain]:
       type(loss).__call__ is not tf.keras.losses.Loss.__call__ or
       loss.reduction not in _MEAN_REDUCTIONS + _SUM_REDUCTIONS):
     return None
-  x_spec, _ = client_work.features_and_labels(model.input_spec)
+  x_spec, _ = ground.features_and_labels(model.input_spec)
   if type(x_spec) is not tf.TensorSpec:  # pylint: disable=unidiomatic-typecheck
     return None
   if type(keras_model) is tf.keras.Sequential:  # pylint: disable=unidiomatic-typecheck
@@ -358,7 +358,7 @@ def squared_gradient_sums(chain: KerasChain, model, batch, *,
     `(sums, num_examples)`: a list shaped like `model.trainable_variables`
     of sum_i (d l_i / d w)^2, and the batch's number of examples (float32).
   """
-  x, y = client_work.features_and_labels(batch)
+  x, y = ground.features_and_labels(batch)
   trainable = {v.ref() for v in model.trainable_variables}
   watched = []  # (layer, z, patches maker)
   with tf.GradientTape(watch_accessed_variables=False) as tape:

@@ -70,7 +70,7 @@ from typing import Any, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.round import client_work
+from tff_opt.round import ground
 
 # FedGKD's broadcast extras: the sum of the previous global models kept in
 # the server's buffer, and how many they are.
@@ -212,7 +212,7 @@ def label_proportions(dataset: tf.data.Dataset,
   """
 
   def add(counts, batch):
-    _, y = client_work.features_and_labels(batch)
+    _, y = ground.features_and_labels(batch)
     return counts + tf.reduce_sum(
         tf.one_hot(tf.reshape(tf.cast(y, tf.int32), [-1]), num_classes), 0)
 
@@ -286,7 +286,7 @@ LossFnBuilder = Callable[..., Callable[..., tf.Tensor]]
 
 def _teacher(model_fn):
   """A copy of the model whose weights are assigned before each use."""
-  teacher = client_work.model_to_overwrite(model_fn)
+  teacher = ground.model_to_overwrite(model_fn)
   return teacher, tff.learning.models.ModelWeights.from_model(teacher)
 
 
@@ -307,8 +307,8 @@ def build_ntd_loss(beta: float, temperature: float) -> LossFnBuilder:
 
     def loss_fn(model, batch, output, broadcast, context):
       del model, context
-      _assign(teacher_weights, client_work.model_weights_of(broadcast))
-      x, y = client_work.features_and_labels(batch)
+      _assign(teacher_weights, ground.model_weights_of(broadcast))
+      x, y = ground.features_and_labels(batch)
       teacher_logits = teacher.predict_on_batch(x, training=False)
       return fed_ntd_loss(output.predictions, teacher_logits, y, beta=beta,
                           temperature=temperature, ce=output.loss)
@@ -331,8 +331,8 @@ def build_restricted_softmax_loss(alpha: float) -> LossFnBuilder:
 
     def loss_fn(model, batch, output, broadcast, context):
       del model, broadcast
-      _, y = client_work.features_and_labels(batch)
-      present = present_classes(context[client_work.CLIENT_STATS_KEY])
+      _, y = ground.features_and_labels(batch)
+      present = present_classes(context[ground.CLIENT_STATS_KEY])
       return fed_rs_loss(output.predictions, y, present, alpha=alpha)
 
     return loss_fn
@@ -354,12 +354,12 @@ def build_gkd_loss(gamma: float, temperature: float) -> LossFnBuilder:
 
     def loss_fn(model, batch, output, broadcast, context):
       del model, context
-      current = client_work.model_weights_of(broadcast)
+      current = ground.model_weights_of(broadcast)
       _assign(teacher_weights.trainable, gkd_teacher_weights(
           current.trainable, broadcast[GKD_HISTORY_SUM_KEY],
           broadcast[GKD_HISTORY_COUNT_KEY]))
       _assign(teacher_weights.non_trainable, current.non_trainable)
-      x, y = client_work.features_and_labels(batch)
+      x, y = ground.features_and_labels(batch)
       teacher_logits = teacher.predict_on_batch(x, training=False)
       return fed_gkd_loss(output.predictions, teacher_logits, y, gamma=gamma,
                           temperature=temperature, ce=output.loss)
@@ -389,13 +389,13 @@ def build_self_confidence_loss(distill_lambda: float, temperature: float
 
     def loss_fn(model, batch, output, broadcast, context):
       del model
-      _assign(teacher_weights, client_work.model_weights_of(broadcast))
-      x, y = client_work.features_and_labels(batch)
+      _assign(teacher_weights, ground.model_weights_of(broadcast))
+      x, y = ground.features_and_labels(batch)
       teacher_logits = tf.stop_gradient(
           teacher.predict_on_batch(x, training=False))
       kl = self_confidence_kl(
           output.predictions, teacher_logits, y,
-          confidences(context[client_work.CLIENT_STATS_KEY]), temperature)
+          confidences(context[ground.CLIENT_STATS_KEY]), temperature)
       return ((1.0 - distill_lambda) * output.loss +
               distill_lambda * temperature**2 * kl)
 

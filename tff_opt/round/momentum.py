@@ -28,7 +28,7 @@ How the pieces map onto the shared client work:
   m_bar, the step from w: w - eta * (g(w - eta * m_bar) + m_bar) = w_half -
   eta * g(w_half)).
 - m_bar and -eta * m_bar are constant within a client's round, so both are
-  `client_work.PrecomputedHook`s, computed once per client
+  `ground.PrecomputedHook`s, computed once per client
   (`embedded_momentum`, `look_ahead_offsets`) rather than at every step.
 - `LocalEmaMomentum`: Algorithm 4's local momentum. m_bar is constant within
   a round, so an EMA of (g + m_bar) started at its first value equals
@@ -60,12 +60,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
-from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import finalizers
+from tff_opt.round import ground
 
 MOMENTUM_KEY = 'momentum'
-ROUND_NUM_KEY = client_work_lib.ROUND_NUM_KEY
-LEARNING_RATE_KEY = client_work_lib.LEARNING_RATE_KEY
 # `LocalEmaMomentum`'s hyper-parameter phi, under the name TFF's SGDM gives
 # its momentum hyper-parameter (an optimizer's, not the finalizer's state).
 LOCAL_MOMENTUM_KEY = 'momentum'
@@ -106,7 +103,7 @@ def linear_step(weights, m_bar) -> tf.Tensor:
 
 
 def embedded_momentum_hook(beta_local: float
-                           ) -> client_work_lib.PrecomputedHook:
+                           ) -> ground.PrecomputedHook:
   """The heavy-ball penalty <w, m_bar>, m_bar = beta_local * m_t / H.
 
   Its gradient is m_bar. m_bar is computed once per client
@@ -114,7 +111,7 @@ def embedded_momentum_hook(beta_local: float
   as `hook(weights, broadcast, *, learning_rate, num_steps)` (a broadcast
   `{'model_weights': ..., 'momentum': m_t}`) it returns the penalty's value.
   """
-  return client_work_lib.PrecomputedHook(
+  return ground.PrecomputedHook(
       functools.partial(embedded_momentum, beta_local=beta_local),
       linear_step)
 
@@ -128,13 +125,13 @@ def look_ahead_offsets(broadcast, *, learning_rate, num_steps,
 
 
 def nesterov_look_ahead_hook(beta_local: float
-                             ) -> client_work_lib.PrecomputedHook:
+                             ) -> ground.PrecomputedHook:
   """The Nesterov variant's look-ahead offsets -eta * m_bar.
 
   Computed once per client (`look_ahead_offsets`); called as
   `hook(weights, broadcast, *, learning_rate, num_steps)` it returns them.
   """
-  return client_work_lib.PrecomputedHook(
+  return ground.PrecomputedHook(
       functools.partial(look_ahead_offsets, beta_local=beta_local),
       lambda weights, offsets: offsets)
 
@@ -163,7 +160,7 @@ class LocalEmaMomentum(tff.learning.optimizers.Optimizer):
 
   def initialize(self, specs: Any) -> collections.OrderedDict:
     return collections.OrderedDict([
-        (LEARNING_RATE_KEY, float(self._learning_rate)),
+        (ground.LEARNING_RATE_KEY, float(self._learning_rate)),
         (LOCAL_MOMENTUM_KEY, float(self._momentum)),
         (STEP_KEY, tf.constant(0, tf.int32)),
         (ACCUMULATOR_KEY,
@@ -177,7 +174,8 @@ class LocalEmaMomentum(tff.learning.optimizers.Optimizer):
         lambda m, g: tf.where(first, g, phi * m + (1.0 - phi) * g),
         state[ACCUMULATOR_KEY], gradients)
     updated = tf.nest.map_structure(
-        lambda w, m: w - state[LEARNING_RATE_KEY] * m, weights, accumulator)
+        lambda w, m: w - state[ground.LEARNING_RATE_KEY] * m, weights,
+        accumulator)
     new_state = collections.OrderedDict(state)
     new_state[STEP_KEY] = state[STEP_KEY] + 1
     new_state[ACCUMULATOR_KEY] = accumulator
@@ -185,13 +183,13 @@ class LocalEmaMomentum(tff.learning.optimizers.Optimizer):
 
   def get_hparams(self, state):
     return collections.OrderedDict([
-        (LEARNING_RATE_KEY, state[LEARNING_RATE_KEY]),
+        (ground.LEARNING_RATE_KEY, state[ground.LEARNING_RATE_KEY]),
         (LOCAL_MOMENTUM_KEY, state[LOCAL_MOMENTUM_KEY]),
     ])
 
   def set_hparams(self, state, hparams):
     new_state = collections.OrderedDict(state)
-    for key in (LEARNING_RATE_KEY, LOCAL_MOMENTUM_KEY):
+    for key in (ground.LEARNING_RATE_KEY, LOCAL_MOMENTUM_KEY):
       if key in hparams:
         new_state[key] = hparams[key]
     return new_state
@@ -235,7 +233,7 @@ def build_fedadc_finalizer(
   @tff.tensorflow.computation
   def initial_state():
     return collections.OrderedDict([
-        (ROUND_NUM_KEY, tf.constant(0, tf.int32)),
+        (ground.ROUND_NUM_KEY, tf.constant(0, tf.int32)),
         (MOMENTUM_KEY,
          tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
                                trainable_specs)),
@@ -246,7 +244,7 @@ def build_fedadc_finalizer(
 
   @tff.tensorflow.computation(state_type, weights_type, update_type)
   def apply_rule(state, weights, update):
-    eta = round_learning_rate(state[ROUND_NUM_KEY])
+    eta = round_learning_rate(state[ground.ROUND_NUM_KEY])
     momentum = [
         u / eta + correction * m
         for u, m in zip(tf.nest.flatten(update),
@@ -264,7 +262,7 @@ def build_fedadc_finalizer(
         tf.where(finite, a, b) for a, b in zip(trainable, old_trainable)
     ]
     new_state = collections.OrderedDict([
-        (ROUND_NUM_KEY, state[ROUND_NUM_KEY] + 1),
+        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY] + 1),
         (MOMENTUM_KEY,
          tf.nest.pack_sequence_as(state[MOMENTUM_KEY], momentum)),
     ])
@@ -285,7 +283,7 @@ def build_fedadc_finalizer(
     new_state, new_weights, non_finite = tff.federated_map(
         apply_rule, (state, weights, update))
     measurements = tff.federated_zip(
-        collections.OrderedDict([(finalizers.UPDATE_NON_FINITE_KEY,
+        collections.OrderedDict([(ground.UPDATE_NON_FINITE_KEY,
                                   non_finite)]))
     return tff.templates.MeasuredProcessOutput(new_state, new_weights,
                                                measurements)

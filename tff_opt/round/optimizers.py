@@ -66,12 +66,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.round import ground
 
 _optimizer_lib = tff.learning.optimizers
 
 Float = Union[float, tf.Tensor]
 
-LEARNING_RATE_KEY = 'learning_rate'
 BETA_1_KEY = 'beta_1'
 BETA_2_KEY = 'beta_2'
 TAU_KEY = 'tau'
@@ -130,7 +130,7 @@ class _FedAdaptive(_optimizer_lib.Optimizer):
       raise ValueError(f'Unknown variant {variant!r}; expected one of '
                        f'{sorted(_SECOND_MOMENT_RULES)}.')
     self._variant = variant
-    self._hparams_keys = [LEARNING_RATE_KEY, BETA_1_KEY, TAU_KEY]
+    self._hparams_keys = [ground.LEARNING_RATE_KEY, BETA_1_KEY, TAU_KEY]
     if variant != _ADAGRAD:
       self._hparams_keys.insert(2, BETA_2_KEY)
     hparams = collections.OrderedDict(
@@ -144,7 +144,7 @@ class _FedAdaptive(_optimizer_lib.Optimizer):
 
   def _validate(self, hparams: Mapping[str, Any]) -> None:
     for key, value in hparams.items():
-      if key in (LEARNING_RATE_KEY, TAU_KEY):
+      if key in (ground.LEARNING_RATE_KEY, TAU_KEY):
         checks.check_non_negative(key, value)
       elif key in (BETA_1_KEY, BETA_2_KEY):
         checks.check_unit_interval(key, value)
@@ -168,7 +168,7 @@ class _FedAdaptive(_optimizer_lib.Optimizer):
     _check_state_matches_weights(FIRST_MOMENT_KEY, first_moment, weights)
     _check_state_matches_weights(SECOND_MOMENT_KEY, second_moment, weights)
     second_moment_rule = _SECOND_MOMENT_RULES[self._variant]
-    lr = state[LEARNING_RATE_KEY]
+    lr = state[ground.LEARNING_RATE_KEY]
     beta_1 = state[BETA_1_KEY]
     # Adagrad has no beta_2; its second-moment rule ignores the value.
     beta_2 = state[BETA_2_KEY] if BETA_2_KEY in self._hparams_keys else 0.0
@@ -388,7 +388,7 @@ def build_server_optimizer(
                      f'{", ".join(SERVER_OPTIMIZERS)}.')
   # A server learning rate of 0 would never move the model: refused, as a
   # client learning rate of 0 is.
-  checks.check_positive(LEARNING_RATE_KEY, learning_rate)
+  checks.check_positive(ground.LEARNING_RATE_KEY, learning_rate)
   if name == 'sgd':
     return _optimizer_lib.build_sgdm(learning_rate)
   if name == 'sgdm':
@@ -449,7 +449,7 @@ def build_client_optimizer(
   if name not in CLIENT_OPTIMIZERS:
     raise ValueError(f'Unknown client optimizer {name!r}; expected one of '
                      f'{", ".join(CLIENT_OPTIMIZERS)}.')
-  checks.check_positive(LEARNING_RATE_KEY, learning_rate)
+  checks.check_positive(ground.LEARNING_RATE_KEY, learning_rate)
   if name == 'sgd':
     return _optimizer_lib.build_sgdm(learning_rate, momentum=None)
   if name == 'sgdm':

@@ -5,7 +5,7 @@ Every penalty has the signature
     penalty(weights, broadcast, *, learning_rate, <hyper-parameter>) -> scalar
 
 where `weights` is the list of trainable variables (model order), `broadcast`
-what the distributor sent (see `client_work.model_weights_of`) and
+what the distributor sent (see `ground.model_weights_of`) and
 `learning_rate` the round's client learning rate eta. An algorithm binds its
 hyper-parameter with `functools.partial` and hands the result to the client
 work (`client_work.LocalObjective(penalty=...)`), which adds it to the loss
@@ -14,7 +14,7 @@ hand-written formula.
 
 A penalty with per-client constants (FedFOR's d = w_{t-1} - w_t, FedCurv's
 sqrt(u)) has one form, `<name>_hook(<hyper-parameters>)`: a
-`client_work.PrecomputedHook` of `<name>_constants(broadcast, *,
+`ground.PrecomputedHook` of `<name>_constants(broadcast, *,
 learning_rate)`, which the client work runs once per client, and
 `<name>_step(weights, constants)`, run at every local step (the same
 numbers as the paper's formula, fewer passes over model-sized tensors). A
@@ -53,17 +53,11 @@ import functools
 
 import tensorflow as tf
 
-from tff_opt.round import client_states
-from tff_opt.round import client_work
-from tff_opt.round import distributors
+from tff_opt.round import ground
 
-# The broadcast of `distributors.with_previous_model`.
-PREVIOUS_MODEL_KEY = distributors.PREVIOUS_MODEL_KEY
-HAS_PREVIOUS_KEY = distributors.HAS_PREVIOUS_KEY
 FISHER_SUM_KEY = 'fisher_sum'
 FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'
 CONTROL_VARIATE_KEY = 'control_variate'
-CLIENT_STATE_KEY = client_states.CLIENT_STATE_KEY
 LOCAL_GRADIENT_KEY = 'local_gradient'
 
 
@@ -88,7 +82,7 @@ def proximal(weights, broadcast, *, learning_rate, mu) -> tf.Tensor:
     A scalar tensor.
   """
   del learning_rate
-  anchor = client_work.model_weights_of(broadcast).trainable
+  anchor = ground.model_weights_of(broadcast).trainable
   return mu * tf.add_n(
       [tf.nn.l2_loss(w - a) for w, a in zip(weights, anchor)])
 
@@ -108,10 +102,10 @@ def first_order_positive_constants(broadcast, *, learning_rate, alpha):
     A tuple `(anchor, direction, scale)`: w_t and d as lists in model order,
     scale a float32 scalar.
   """
-  current = client_work.model_weights_of(broadcast).trainable
-  previous = broadcast[PREVIOUS_MODEL_KEY].trainable
+  current = ground.model_weights_of(broadcast).trainable
+  previous = broadcast[ground.PREVIOUS_MODEL_KEY].trainable
   direction = [p - c for c, p in zip(current, previous)]
-  scale = tf.cast(broadcast[HAS_PREVIOUS_KEY], tf.float32) * (
+  scale = tf.cast(broadcast[ground.HAS_PREVIOUS_KEY], tf.float32) * (
       alpha / tf.cast(learning_rate, tf.float32))
   return list(current), direction, scale
 
@@ -143,7 +137,7 @@ def first_order_positive_step(weights, constants, *,
 
 
 def first_order_positive_hook(alpha: float, grad_at_zero: int = 0
-                              ) -> client_work.PrecomputedHook:
+                              ) -> ground.PrecomputedHook:
   """FedFOR's first-order penalty (Eq. 7 of Tian, Smith, Kira):
 
       (alpha/eta) sum_i U(d_i (w_i - w_t,i)),   d = w_{t-1} - w_t,
@@ -158,7 +152,7 @@ def first_order_positive_hook(alpha: float, grad_at_zero: int = 0
     grad_at_zero: U'(0), 0 or 1 (see the module docstring).
 
   Returns:
-    A `client_work.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
     learning_rate)` (a broadcast with `model_weights` (w_t),
     `previous_model_weights` (w_{t-1}) and `has_previous`) it returns the
     penalty's value, a scalar tensor.
@@ -169,7 +163,7 @@ def first_order_positive_hook(alpha: float, grad_at_zero: int = 0
   if grad_at_zero not in (0, 1):
     raise ValueError(
         f'grad_at_zero must be 0 or 1, got {grad_at_zero!r}.')
-  return client_work.PrecomputedHook(
+  return ground.PrecomputedHook(
       functools.partial(first_order_positive_constants, alpha=alpha),
       functools.partial(first_order_positive_step,
                         grad_at_zero=grad_at_zero))
@@ -220,7 +214,7 @@ def elastic_step(weights, constants) -> tf.Tensor:
       tf.nn.l2_loss(r * w - t) for w, r, t in zip(weights, root, target)])
 
 
-def elastic_hook(lam: float, adjust=None) -> client_work.PrecomputedHook:
+def elastic_hook(lam: float, adjust=None) -> ground.PrecomputedHook:
   """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (up to a constant):
 
       lam (w^T diag(u) w - 2 w^T v) + const,   gradient 2 lam (u w - v),
@@ -237,7 +231,7 @@ def elastic_hook(lam: float, adjust=None) -> client_work.PrecomputedHook:
       contribution from u and v with it).
 
   Returns:
-    A `client_work.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
     learning_rate)` (a broadcast with `fisher_sum` and `fisher_weight_sum`,
     each a list shaped like the trainable weights) it returns the penalty's
     value (of the adjusted broadcast), a scalar tensor.
@@ -248,7 +242,7 @@ def elastic_hook(lam: float, adjust=None) -> client_work.PrecomputedHook:
       broadcast = adjust(broadcast)
     return elastic_constants(broadcast, learning_rate=learning_rate, lam=lam)
 
-  return client_work.PrecomputedHook(constants, elastic_step)
+  return ground.PrecomputedHook(constants, elastic_step)
 
 
 def linear_correction(weights, broadcast, *, learning_rate) -> tf.Tensor:
@@ -292,8 +286,8 @@ def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
     A scalar tensor.
   """
   del learning_rate
-  anchor = client_work.model_weights_of(broadcast).trainable
-  g = broadcast[CLIENT_STATE_KEY][LOCAL_GRADIENT_KEY]
+  anchor = ground.model_weights_of(broadcast).trainable
+  g = broadcast[ground.CLIENT_STATE_KEY][LOCAL_GRADIENT_KEY]
   return _sum([
       0.5 * alpha * tf.square(w - a) - gk * w
       for w, a, gk in zip(weights, anchor, g)
@@ -302,10 +296,10 @@ def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
 
 def effective_client_control_variate(broadcast):
   """c_i, or the server's c for a client seen for the first time."""
-  state = broadcast[CLIENT_STATE_KEY]
+  state = broadcast[ground.CLIENT_STATE_KEY]
   c = broadcast[CONTROL_VARIATE_KEY]
   return [
-      tf.where(state[client_states.INITIALIZED_KEY], own, server)
+      tf.where(state[ground.INITIALIZED_KEY], own, server)
       for own, server in zip(state[CONTROL_VARIATE_KEY], c)
   ]
 
@@ -337,8 +331,8 @@ def local_drift_constants(broadcast, *, learning_rate, num_steps, alpha):
     A tuple `(target, correction, alpha)`: w - h_i and (g_i - g) / (eta K)
     as lists in model order, and alpha.
   """
-  anchor = client_work.model_weights_of(broadcast).trainable
-  state = broadcast[CLIENT_STATE_KEY]
+  anchor = ground.model_weights_of(broadcast).trainable
+  state = broadcast[ground.CLIENT_STATE_KEY]
   target = [w - h for w, h in zip(anchor, state[DRIFT_KEY])]
   scale = tf.math.divide_no_nan(
       1.0, tf.cast(learning_rate, tf.float32) *
@@ -367,7 +361,7 @@ def local_drift_step(weights, constants) -> tf.Tensor:
           _sum([w * c for w, c in zip(weights, correction)]))
 
 
-def local_drift_hook(alpha: float) -> client_work.PrecomputedHook:
+def local_drift_hook(alpha: float) -> ground.PrecomputedHook:
   """FedDC's penalized and gradient-correction terms (Gao et al.):
 
       R + G = (alpha/2) ||theta + h_i - w||^2 + (1/(eta K)) <theta, g_i - g>,
@@ -385,9 +379,9 @@ def local_drift_hook(alpha: float) -> client_work.PrecomputedHook:
     alpha: The strength of the penalized term, >= 0.
 
   Returns:
-    A `client_work.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
     learning_rate, num_steps)` it returns R + G, a scalar tensor.
   """
-  return client_work.PrecomputedHook(
+  return ground.PrecomputedHook(
       functools.partial(local_drift_constants, alpha=alpha),
       local_drift_step)

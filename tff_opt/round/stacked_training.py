@@ -112,13 +112,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.round import client_work
+from tff_opt.round import ground
 
 X_KEY = 'x'
 Y_KEY = 'y'
 MASK_KEY = 'mask'
-DELTA_KEY = 'delta'
 NUM_EXAMPLES_KEY = 'num_examples'
-NUM_STEPS_KEY = 'num_steps'
 STATS_KEY = 'stats'
 EXTRAS_KEY = 'extras'
 
@@ -147,13 +146,13 @@ class StackedModel(Protocol):
 def client_batches(dataset: tf.data.Dataset) -> list[tuple[np.ndarray,
                                                            np.ndarray]]:
   """A client's batches as NumPy `(x, y)` pairs, in the dataset's order."""
-  return [tuple(np.asarray(t) for t in client_work.features_and_labels(b))
+  return [tuple(np.asarray(t) for t in ground.features_and_labels(b))
           for b in dataset.as_numpy_iterator()]
 
 
 def _trailing_shapes(dataset: tf.data.Dataset):
   """(x, y) shapes without the batch axis and dtypes, from element_spec."""
-  x_spec, y_spec = client_work.features_and_labels(dataset.element_spec)
+  x_spec, y_spec = ground.features_and_labels(dataset.element_spec)
   shapes = []
   for name, spec in (('x', x_spec), ('y', y_spec)):
     if not isinstance(spec, tf.TensorSpec):
@@ -276,7 +275,7 @@ def group_datasets(client_datasets: Sequence[tf.data.Dataset],
 
 def group_element_type(input_spec: Any) -> tff.Type:
   """The TFF type of a group dataset's element for a model's input spec."""
-  x_spec, y_spec = client_work.features_and_labels(input_spec)
+  x_spec, y_spec = ground.features_and_labels(input_spec)
   grouped = collections.OrderedDict([
       (X_KEY, tf.TensorSpec([None] + x_spec.shape.as_list(), x_spec.dtype)),
       (Y_KEY, tf.TensorSpec([None] + y_spec.shape.as_list(), y_spec.dtype)),
@@ -388,9 +387,9 @@ def _client_hook(hook, broadcast, learning_rate,
   """
   if hook is None:
     return None
-  kwargs = {client_work.LEARNING_RATE_KEY: learning_rate}
-  steps_key = client_work.NUM_STEPS_KEY
-  if isinstance(hook, client_work.PrecomputedHook):
+  kwargs = {ground.LEARNING_RATE_KEY: learning_rate}
+  steps_key = ground.NUM_STEPS_KEY
+  if isinstance(hook, ground.PrecomputedHook):
     step = hook.step
     if num_steps is None:  # Once per group: the same for every client.
       constants = hook.precompute(broadcast, **kwargs)
@@ -460,12 +459,12 @@ def build_local_training_fn(
     ValueError: If the objective has a loss hook.
   """
   check_objective(objective)
-  batch_loss = client_work.unconverted(model.batch_loss)
-  opt_initialize = client_work.unconverted(optimizer.initialize)
-  opt_set_hparams = client_work.unconverted(optimizer.set_hparams)
-  opt_next = client_work.unconverted(optimizer.next)
+  batch_loss = ground.unconverted(model.batch_loss)
+  opt_initialize = ground.unconverted(optimizer.initialize)
+  opt_set_hparams = ground.unconverted(optimizer.set_hparams)
+  opt_next = ground.unconverted(optimizer.next)
 
-  @client_work.unconverted
+  @ground.unconverted
   def initial_state(hparams, weights, k):
     specs = tuple(tf.TensorSpec(w.shape[1:], w.dtype) for w in weights)
     state = opt_initialize(specs)
@@ -475,7 +474,7 @@ def build_local_training_fn(
       state[key] = tf.nest.map_structure(lambda v: _stack(v, k), state[key])
     return state, keys
 
-  @client_work.unconverted
+  @ground.unconverted
   def step(state, keys, weights, batch, penalty, look_ahead):
     if penalty is None and look_ahead is None:
       return train_step(state, keys, weights, batch, None, None)
@@ -498,7 +497,7 @@ def build_local_training_fn(
         lambda: train_step(state, keys, weights, batch, penalty, look_ahead),
         idle)
 
-  @client_work.unconverted
+  @ground.unconverted
   def train_step(state, keys, weights, batch, penalty, look_ahead):
     mask = batch[MASK_KEY]
     k = tf.shape(mask, out_type=tf.int64)[0]
@@ -542,7 +541,7 @@ def build_local_training_fn(
     initial_weights = [tf.convert_to_tensor(w) for w in initial_weights]
     k = tf.shape(initial_weights[0])[0]
     state, keys = initial_state(hparams, initial_weights, k)
-    learning_rate = hparams[client_work.LEARNING_RATE_KEY]
+    learning_rate = hparams[ground.LEARNING_RATE_KEY]
     counted = (_steps_per_client(dataset, k) if objective.count_steps
                else None)
     penalty = _client_hook(objective.penalty, broadcast, learning_rate,
@@ -565,9 +564,9 @@ def build_local_training_fn(
       num_steps += active
     delta = [a - b for a, b in zip(initial_weights, weights)]
     result = collections.OrderedDict([
-        (DELTA_KEY, delta),
+        (ground.DELTA_KEY, delta),
         (NUM_EXAMPLES_KEY, num_examples),
-        (NUM_STEPS_KEY, num_steps),
+        (ground.NUM_STEPS_KEY, num_steps),
         (STATS_KEY, totals),
     ])
     if report_fn is not None:
@@ -615,7 +614,7 @@ def per_example_fisher(model: StackedModel, weights: Sequence[tf.Tensor],
   Returns:
     A list shaped like `weights`: F_k stacked on the leading axis.
   """
-  batch_loss = client_work.unconverted(model.batch_loss)
+  batch_loss = ground.unconverted(model.batch_loss)
   weights = [tf.convert_to_tensor(w) for w in weights]
   k = tf.shape(weights[0])[0]
   sums = tuple(tf.zeros_like(w) for w in weights)  # A tuple: loop variable.
@@ -660,7 +659,7 @@ def stats_dtypes_of(model: StackedModel, weight_specs: Sequence[Any],
     weight_specs: One client's weight `tf.TensorSpec`s.
     input_spec: The model's `(x, y)` input spec (batch axis first).
   """
-  x_spec, y_spec = client_work.features_and_labels(input_spec)
+  x_spec, y_spec = ground.features_and_labels(input_spec)
   with tf.Graph().as_default():
     weights = [tf.zeros([1] + [d or 1 for d in s.shape.as_list()], s.dtype)
                for s in weight_specs]
@@ -684,7 +683,7 @@ def _group_update(local_result, client_weighting):
   its delta or its report drops out of all of them (as the per-client path
   zeroes its whole update and weight).
   """
-  delta = local_result[DELTA_KEY]
+  delta = local_result[ground.DELTA_KEY]
   extras = local_result.get(EXTRAS_KEY)
   checked = list(delta)
   if extras is not None:
@@ -772,7 +771,7 @@ def build_stacked_local_training(
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
-        client_work.unconverted_finalizers(model))
+        ground.unconverted_finalizers(model))
     metrics_type = _type_of(model.report_local_unfinalized_metrics())
     input_spec = model.input_spec
     weights_type = tff.learning.models.weights_type_from_model(model)
@@ -800,12 +799,12 @@ def build_stacked_local_training(
 
   initial_hparams = client_optimizer.get_hparams(
       client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
-  if client_work.LEARNING_RATE_KEY not in initial_hparams:
+  if ground.LEARNING_RATE_KEY not in initial_hparams:
     raise TypeError('client_optimizer must have a learning_rate '
                     f'hyper-parameter; it has {list(initial_hparams)}.')
   initial_state = collections.OrderedDict([
-      (client_work.ROUND_NUM_KEY, 0),
-      (client_work.OPTIMIZER_HPARAMS_KEY, initial_hparams),
+      (ground.ROUND_NUM_KEY, 0),
+      (ground.OPTIMIZER_HPARAMS_KEY, initial_hparams),
   ])
 
   @tff.federated_computation
@@ -813,29 +812,29 @@ def build_stacked_local_training(
     return tff.federated_value(initial_state, tff.SERVER)
 
   state_type = init_fn.type_signature.result.member
-  hparams_type = state_type[client_work.OPTIMIZER_HPARAMS_KEY]
+  hparams_type = state_type[ground.OPTIMIZER_HPARAMS_KEY]
 
   @tff.tensorflow.computation(state_type)
   def round_hparams(state):
     hparams = collections.OrderedDict(
-        state[client_work.OPTIMIZER_HPARAMS_KEY])
+        state[ground.OPTIMIZER_HPARAMS_KEY])
     if learning_rate_schedule is not None:
-      lr_key = client_work.LEARNING_RATE_KEY
+      lr_key = ground.LEARNING_RATE_KEY
       hparams[lr_key] = tf.cast(
-          learning_rate_schedule(state[client_work.ROUND_NUM_KEY]),
+          learning_rate_schedule(state[ground.ROUND_NUM_KEY]),
           hparams[lr_key].dtype)
     return hparams
 
   @tff.tensorflow.computation(hparams_type)
   def learning_rate_of(hparams):
-    return hparams[client_work.LEARNING_RATE_KEY]
+    return hparams[ground.LEARNING_RATE_KEY]
 
   @tff.tensorflow.computation(state_type)
   def advance(state):
     return collections.OrderedDict([
-        (client_work.ROUND_NUM_KEY, state[client_work.ROUND_NUM_KEY] + 1),
-        (client_work.OPTIMIZER_HPARAMS_KEY,
-         state[client_work.OPTIMIZER_HPARAMS_KEY]),
+        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY] + 1),
+        (ground.OPTIMIZER_HPARAMS_KEY,
+         state[ground.OPTIMIZER_HPARAMS_KEY]),
     ])
 
   @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
@@ -845,7 +844,7 @@ def build_stacked_local_training(
                                     report_fn=report_fn)
     first = dataset.take(1).get_single_element()
     k = tf.shape(first[MASK_KEY])[0]
-    trainable = client_work.model_weights_of(broadcast).trainable
+    trainable = ground.model_weights_of(broadcast).trainable
     start = [_stack(w, k) for w in trainable]
     if hooks:
       result = train(hparams, start, dataset, broadcast)
@@ -855,7 +854,7 @@ def build_stacked_local_training(
         result, client_weighting)
     update = tf.nest.pack_sequence_as(list(trainable), update)
     if extras is not None:
-      update = collections.OrderedDict([(DELTA_KEY, update)] +
+      update = collections.OrderedDict([(ground.DELTA_KEY, update)] +
                                        list(extras.items()))
     return (tff.learning.templates.ClientResult(update=update,
                                                 update_weight=weight),
@@ -881,13 +880,13 @@ def build_stacked_local_training(
 
   @tff.tensorflow.computation(state_type)
   def get_hparams_fn(state):
-    return state[client_work.OPTIMIZER_HPARAMS_KEY]
+    return state[ground.OPTIMIZER_HPARAMS_KEY]
 
   @tff.tensorflow.computation(state_type, hparams_type)
   def set_hparams_fn(state, hparams):
     return collections.OrderedDict([
-        (client_work.ROUND_NUM_KEY, state[client_work.ROUND_NUM_KEY]),
-        (client_work.OPTIMIZER_HPARAMS_KEY, hparams),
+        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY]),
+        (ground.OPTIMIZER_HPARAMS_KEY, hparams),
     ])
 
   return tff.learning.templates.ClientWorkProcess(

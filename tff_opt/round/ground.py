@@ -1,0 +1,180 @@
+"""The ground floor of `tff_opt/round/`: the names its modules share.
+
+The string keys of the structures that cross slots (broadcast, client
+update, aggregate, server and client state, hook arguments), the broadcast
+type of a state-reading distributor (`ServerState`), the penalty hook
+split into per-client and per-step parts (`PrecomputedHook`) and the small
+helpers every slot calls (`model_weights_of`, `features_and_labels`,
+`unconverted`, ...). Each key is defined here once; the module that uses a
+name imports it from here, never from a sibling that happens to define it.
+This module imports nothing from `tff_opt`.
+"""
+
+import collections
+import collections.abc
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+# What a client's local training is handed (client_work, stacked_training,
+# the hooks): the round number, the client optimizer's hyper-parameters and
+# the TFF optimizers' name of the learning rate; a hook's `num_steps` (H).
+ROUND_NUM_KEY = 'round_num'
+OPTIMIZER_HPARAMS_KEY = 'optimizer_hparams'
+LEARNING_RATE_KEY = 'learning_rate'  # TFF optimizers' name.
+NUM_STEPS_KEY = 'num_steps'
+# The loss hook's context entry of the client's statistics (FedADC+).
+CLIENT_STATS_KEY = 'client_stats'
+
+# A broadcast beyond the model: the model's entry, the previous model and
+# whether there is one (`distributors.with_previous_model`: FedFOR,
+# client-side FedPTR), a stateful client's state (`client_states`).
+MODEL_WEIGHTS_KEY = 'model_weights'
+PREVIOUS_MODEL_KEY = 'previous_model_weights'
+HAS_PREVIOUS_KEY = 'has_previous'
+CLIENT_STATE_KEY = 'client_state'
+# The flag of a client state that is a client's own once it took part (the
+# initial state's is False; SCAFFOLD's c_i, FedBN's batch norm).
+INITIALIZED_KEY = 'initialized'
+
+# A client's update (`{'delta': ..., **report}`) and its aggregate.
+DELTA_KEY = 'delta'
+# The aggregate of `aggregators.with_non_trainable_mean`: `{'update': ...,
+# 'non_trainable': {'mean': [...], 'total_weight': ...}}`.
+UPDATE_KEY = 'update'
+NON_TRAINABLE_KEY = 'non_trainable'
+MEAN_KEY = 'mean'
+TOTAL_WEIGHT_KEY = 'total_weight'
+
+# The measurement of TFF's `build_apply_optimizer_finalizer` (and of the
+# finalizers here): 1 when the round's update was rejected as non-finite.
+UPDATE_NON_FINITE_KEY = 'update_non_finite'
+
+
+class ServerState(NamedTuple):
+  """What a state-reading distributor receives at the server."""
+  model_weights: Any
+  finalizer_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecomputedHook:
+  """A penalty or look-ahead hook split into per-client and per-step parts.
+
+  Attributes:
+    precompute: `(broadcast, *, learning_rate[, num_steps]) -> constants`,
+      run once per client before its local steps.
+    step: `(weights, constants) -> result` (a scalar for a penalty, offsets
+      for `look_ahead`), run at every local step.
+  """
+  precompute: Callable[..., Any]
+  step: Callable[[Any, Any], Any]
+
+  def __call__(self, weights, broadcast, **kwargs):
+    """The plain hook signature: both parts, one after the other."""
+    return self.step(weights, self.precompute(broadcast, **kwargs))
+
+
+@tf.autograph.experimental.do_not_convert
+def unconverted(fn):
+  """`fn`, to be called as written: AutoGraph does not convert it.
+
+  AutoGraph converts the client loop (its `for` over the dataset, its `if`s
+  on tensors) and, recursively, every function the loop calls. Keras'
+  forward pass and metrics and TFF's optimizers branch on Python values
+  only, so converting them computes nothing different, yet it was most of a
+  process's build time (about 4 of 7 s for FedOpt on EMNIST-CR). The loop
+  calls them through `unconverted`; a `tf.function` (a Keras-backed model's
+  `forward_pass`) by its Python function, which traced on its own would be
+  converted again and called as a nested function. The algorithms' own
+  hooks (penalties, look-aheads, reports) are still converted: they may
+  branch on tensors.
+  """
+  return tf.autograph.experimental.do_not_convert(
+      getattr(fn, 'python_function', fn))
+
+
+def unconverted_finalizers(model) -> collections.OrderedDict:
+  """`model.metric_finalizers()`, each one left as written by AutoGraph.
+
+  Keras-backed finalizers build a metric object per call and branch on
+  Python values only, yet converting them (and what they call) took ~0.8 s
+  of FedOpt's process build. They are `tf.function`s whose automatic
+  control dependencies order the metric's variable assignments before its
+  `result()`: such a finalizer stays a `tf.function`, traced with
+  `autograph=False`; any other callable is wrapped by `unconverted`.
+  """
+  finalizers = collections.OrderedDict()
+  for name, finalizer in model.metric_finalizers().items():
+    python_function = getattr(finalizer, 'python_function', None)
+    finalizers[name] = (unconverted(finalizer) if python_function is None
+                        else tf.function(python_function, autograph=False))
+  return finalizers
+
+
+def model_to_overwrite(model_fn):
+  """`model_fn()` whose trainable variables start at zeros, not random.
+
+  TFF runs a client computation's variable initializers on every call, and
+  a client's trainable weights are overwritten by the broadcast model before
+  anything reads them. Their initializers compute values nobody uses, and
+  some are costly: Keras' orthogonal initializer of an LSTM's recurrent
+  kernel is a QR decomposition, and the Stack Overflow NWP model's
+  initializers took ~0.4 CPU-s per client call on TFF's worker (50 clients
+  a round: ~20 of its ~55 CPU-s). Here a variable created with
+  `trainable=True`, a fully known shape and a dtype starts at `tf.zeros`
+  instead. Every other variable (batch-norm statistics, metric
+  accumulators, optimizer slots) keeps its initializer.
+
+  Call it only where the model's weights are assigned before they are read
+  (`_build_client_update` does so first thing). If the model has a
+  trainable variable that its `trainable_variables` do not list (so no
+  assignment would reach it), the zeroed model is dropped and `model_fn()`
+  is called again as is.
+
+  Args:
+    model_fn: A no-arg builder of a `tff.learning.models.VariableModel`,
+      called in a graph (inside a `tff.tensorflow.computation`).
+
+  Returns:
+    The model.
+  """
+  zeroed = []
+
+  def zero_initialized(next_creator, **kwargs):
+    shape = kwargs.get('shape')
+    dtype = kwargs.get('dtype')
+    if (kwargs.get('trainable') is True and dtype is not None and
+        shape is not None and tf.TensorShape(shape).is_fully_defined()):
+      shape, dtype = tf.TensorShape(shape), tf.as_dtype(dtype)
+      kwargs['initial_value'] = lambda: tf.zeros(shape, dtype)
+      variable = next_creator(**kwargs)
+      zeroed.append(variable)
+      return variable
+    return next_creator(**kwargs)
+
+  with tf.variable_creator_scope(zero_initialized):
+    model = model_fn()
+  listed = {v.ref() for v in model.trainable_variables}
+  if all(v.ref() in listed for v in zeroed):
+    return model
+  return model_fn()
+
+
+@unconverted
+def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
+  """Returns the model weights inside what a distributor broadcast."""
+  if isinstance(broadcast, tff.learning.models.ModelWeights):
+    return broadcast
+  return broadcast[MODEL_WEIGHTS_KEY]
+
+
+def features_and_labels(batch) -> tuple[Any, Any]:
+  """A batch's (or input spec's) `(x, y)`: a mapping's 'x' and 'y' entries,
+  else its first two elements."""
+  if isinstance(batch, collections.abc.Mapping):
+    return batch['x'], batch['y']
+  return batch[0], batch[1]
