@@ -85,6 +85,8 @@ WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data',
 WORKER_POLL_SECONDS = 0.05
 # How long a local worker may take to answer before it is an error.
 WORKER_START_TIMEOUT = 300.0
+# glibc malloc settings of the local worker (`worker_env.MALLOC_ENV`).
+WORKER_MALLOC_ENV = worker_env.MALLOC_ENV
 _lock = threading.Lock()
 _hooks_installed = False
 
@@ -219,7 +221,7 @@ class _LocalWorker:
     process = subprocess.Popen(  # pylint: disable=consider-using-with
         [WORKER_BINARY, f'--port={self._port}',
          f'--max_concurrent_computation_calls={self._max_calls}'],
-        stdout=stdout, stderr=stderr, env={**os.environ, **self._env})
+        stdout=stdout, stderr=stderr, env=_worker_process_env(self._env))
     self._process[:] = [process]
     _watch(process.pid)
     self._stub = None
@@ -263,6 +265,16 @@ class _LocalWorker:
       if self._stub is None:
         self._wait()
       return self._stub
+
+
+def _worker_process_env(env: dict[str, str]) -> dict[str, str]:
+  """The local worker's environment: this process's, `env`, glibc's bound.
+
+  `MALLOC_ARENA_MAX` (`WORKER_MALLOC_ENV`) is added unless this process's
+  environment sets it (`MALLOC_ARENA_MAX=8 python -m binaries.train ...`
+  restores more arenas); `env` (TensorFlow's settings) comes last.
+  """
+  return {**WORKER_MALLOC_ENV, **os.environ, **env}
 
 
 def _interrupt_worker(processes: list[subprocess.Popen]) -> None:
