@@ -15,7 +15,7 @@ rounds.
     .venv/bin/python -m benchmarks.worker_memory --rounds=400 \
         --env=MALLOC_ARENA_MAX=16
 
-The local worker runs with `MALLOC_ARENA_MAX=2` (`runtime.WORKER_MALLOC_ENV`)
+The local worker runs with `MALLOC_ARENA_MAX=2` (`worker_env.MALLOC_ENV`)
 unless the environment sets it; `--env=MALLOC_ARENA_MAX=16` (glibc's own
 limit on 2 cores, 8 per core) shows the growth this bound removed.
 `--checkpoint_every=0` means no checkpoint but the one after the last

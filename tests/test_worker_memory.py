@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from tff_opt.program import runtime
+from tff_opt.program import worker_env
 
 
 def _start_worker():
@@ -37,7 +38,7 @@ def test_worker_gets_two_malloc_arenas_and_this_process_is_unchanged(
   own_env = dict(os.environ)
   context, worker = _start_worker()
   try:
-    assert runtime.WORKER_MALLOC_ENV == {'MALLOC_ARENA_MAX': '2'}
+    assert worker_env.MALLOC_ENV == {'MALLOC_ARENA_MAX': '2'}
     assert worker.environ().get('MALLOC_ARENA_MAX') == '2'
     assert dict(os.environ) == own_env
   finally:

@@ -305,8 +305,7 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
 
   return dataclasses.replace(
       base,
-      passes=dataclasses.replace(base.passes, report_fn=report_fn,
-                                 stacked_report_fn=None),
+      passes=base.passes.with_report(report_fn),
       initial_client_state=initial_state,
       client_state_update=client_state_update,
       client_input_fn=client_input_fn,

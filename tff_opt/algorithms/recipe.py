@@ -325,10 +325,7 @@ def with_shared_non_trainables(recipe: Recipe,
       recipe,
       aggregator_fn=aggregator_fn,
       finalizer_fn=finalizer_fn,
-      # The wrapped report has no stacked form (nor do models with
-      # non-trainables).
-      passes=dataclasses.replace(recipe.passes, report_fn=report_fn,
-                                 stacked_report_fn=None),
+      passes=recipe.passes.with_report(report_fn),
       client_state_update=client_state_update,
       to_server=to_server)
 

@@ -85,8 +85,6 @@ WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data',
 WORKER_POLL_SECONDS = 0.05
 # How long a local worker may take to answer before it is an error.
 WORKER_START_TIMEOUT = 300.0
-# glibc malloc settings of the local worker (`worker_env.MALLOC_ENV`).
-WORKER_MALLOC_ENV = worker_env.MALLOC_ENV
 _lock = threading.Lock()
 _hooks_installed = False
 
@@ -270,11 +268,11 @@ class _LocalWorker:
 def _worker_process_env(env: dict[str, str]) -> dict[str, str]:
   """The local worker's environment: this process's, `env`, glibc's bound.
 
-  `MALLOC_ARENA_MAX` (`WORKER_MALLOC_ENV`) is added unless this process's
+  `MALLOC_ARENA_MAX` (`worker_env.MALLOC_ENV`) is added unless this process's
   environment sets it (`MALLOC_ARENA_MAX=8 python -m binaries.train ...`
   restores more arenas); `env` (TensorFlow's settings) comes last.
   """
-  return {**WORKER_MALLOC_ENV, **os.environ, **env}
+  return {**worker_env.MALLOC_ENV, **os.environ, **env}
 
 
 def _interrupt_worker(processes: list[subprocess.Popen]) -> None:

@@ -182,6 +182,12 @@ class ClientPasses:
   report_fn: Optional[Callable[..., Any]] = None
   stacked_report_fn: Optional[Callable[..., Any]] = None
 
+  def with_report(self, report_fn: Callable[..., Any]) -> 'ClientPasses':
+    """These passes with `report_fn` in place of the report; the new
+    report has no stacked form (`stacked_report_fn` is dropped)."""
+    return dataclasses.replace(self, report_fn=report_fn,
+                               stacked_report_fn=None)
+
   def __post_init__(self):
     for field in ('prepare_fn', 'report_fn', 'stacked_report_fn'):
       _check_hook('ClientPasses', field, getattr(self, field))
