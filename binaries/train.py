@@ -730,9 +730,10 @@ def run(hparams: dict) -> None:
     raise UsageError(e.line(task=hparams['task'])) from e
   except ValueError as e:
     raise UsageError(str(e)) from e
-  _check_workers_can_run(hparams, process)
   if hparams.get('client_vectorization'):
     process = _vectorized_process(hparams, task, process)
+  # The process that runs is the one checked (its compiled form is cached).
+  _check_workers_can_run(hparams, process)
 
   record_resumed_hparams = None
   if not resuming:
@@ -989,23 +990,15 @@ def _check_workers_can_run(hparams: dict, process) -> None:
   """Refuses --workers for a process TFF 0.87's workers cannot run.
 
   Client states travel with each client's position in the round
-  (`client_states.compose`), so client-stateful processes run there. Two
-  things are refused, before anything is written:
-
-  - FedCurv with per-client state (Eq. 3, or under FedBN): TFF's
-    multi-worker form trains each client twice, once for the aggregate and
-    once (after the merge) for the client's new state, and FedCurv's Fisher
-    pass reads the client's dataset a second time. With a reshuffling
-    dataset (every task's) the two runs saw different example orders
-    (tests/test_workers_stateful.py: the server's Fisher sums off by up to
-    0.09 from a local run's while the stored ones equalled it), so Eq. 3's
-    subtraction of a client's own terms would subtract other terms.
-  - A round that TFF's multi-worker compiler cannot split at a single
-    aggregation (`runtime.check_runs_on_workers`; no registered algorithm
-    has one). The compiled form is cached for the first round.
+  (`client_states.compose`), so client-stateful processes run there, FedCurv's
+  Eq. 3 included (tests/test_workers_stateful.py compares every registered
+  algorithm with a local run). Refused, before anything is written: a round
+  that TFF's multi-worker compiler cannot split at a single aggregation
+  (`runtime.check_runs_on_workers`; no registered algorithm has one). The
+  compiled form is cached for the first round.
 
   Raises:
-    UsageError: If --workers is set and `process` is one of the above.
+    UsageError: If --workers is set and `process` is such a round.
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_opt.round import client_states  # pylint: disable=g-import-not-at-top
@@ -1015,15 +1008,6 @@ def _check_workers_can_run(hparams: dict, process) -> None:
   fedbn = ' --fedbn' if hparams.get('fedbn') else ''
   head = (f'--workers={hparams["workers"]}: --algorithm='
           f'{hparams["algorithm"]}{fedbn}')
-  if stateful and hparams['algorithm'] == 'fedcurv':
-    raise UsageError(
-        f'{head} (with per-client state) cannot run on TFF workers: TFF '
-        '0.87\'s multi-worker form trains each client twice (for the '
-        'aggregate, then for its new state) and FedCurv\'s Fisher pass '
-        're-reads the reshuffling client dataset, so the two runs can see '
-        'different example orders and the state a client keeps would not '
-        'come from the training it sent to the server; run it without '
-        '--workers (or with --fedcurv_exact=off and without --fedbn).')
   computation = process.next_computation if stateful else process.next
   if not isinstance(computation, tff.Computation):
     return

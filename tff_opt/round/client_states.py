@@ -61,10 +61,10 @@ round as `up_to_merge` (clients up to the aggregate) and `after_merge`
 the two, so `after_merge` runs each client's local training again to
 compute its new state. A client-stateful round on workers therefore trains
 every client twice, and the two runs must agree: they do for every
-algorithm here but FedCurv (tests/test_workers_stateful.py compares the
-states with a local run's), whose Fisher pass re-reads a reshuffling
-dataset and whose two runs saw different example orders; `binaries.train`
-refuses FedCurv with client state on workers.
+algorithm here (tests/test_workers_stateful.py compares the states with a
+local run's), FedCurv's Eq. 3 included, whose Fisher pass reads the
+client's reshuffling dataset a second time: the training loop seeds
+TensorFlow per round, so both runs see the same example orders.
 """
 
 import collections
