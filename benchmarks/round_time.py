@@ -742,7 +742,7 @@ def _parse_args(argv):
                  f'{(unknown or [""])[0]!r}; known: '
                  f'{", ".join(registry.ALGORITHMS)}')
   for name in names:
-    missing = [h for h in registry.ALGORITHMS[name].hparams
+    missing = [h for h in registry.ALGORITHMS[name].needed
                if HPARAMS.get(h) is None]
     if missing:
       parser.error(f'--algorithms={args.algorithms}: {name!r} needs '

@@ -320,7 +320,7 @@ def check_points(points: Sequence[Point], *, where: str,
         train.prepare_output_dir(hparams)
       except train.UsageError as e:
         raise UsageError(f'{where}: point {p.name}: {e}') from e
-    needed = registry.ALGORITHMS[hparams['algorithm']].hparams
+    needed = registry.ALGORITHMS[hparams['algorithm']].needed
     missing = [h for h in needed if hparams.get(h) is None]
     if missing:
       raise UsageError(f'{where}: point {p.name}: algorithm '

@@ -37,6 +37,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
 import binaries  # pylint: disable=g-bad-import-order
+from tff_opt.algorithms import hparams as hparams_lib
 from tff_opt.program import flag_adapters
 from tff_opt.program import output_lock
 from tff_opt.program import registry
@@ -123,110 +124,20 @@ flags.DEFINE_integer('client_epochs', None, 'Local epochs per round. '
 flags.DEFINE_integer('client_batch_size', None, 'Local batch size. Default: '
                      'the task\'s.', lower_bound=1)
 
-# --- FedADC / FedADC+ / SlowMo (--algorithm=fedadc|fedadc_plus|slowmo) -------
-flags.DEFINE_float('beta', 0.9, 'FedADC / SlowMo global momentum '
-                   'beta_global, in [0, 1).', lower_bound=0.0,
-                   upper_bound=1.0)
-flags.DEFINE_float('beta_local', None, 'FedADC: share of the global momentum '
-                   'embedded in the local steps, in [0, 1). Default: --beta.',
-                   lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_enum('fedadc_variant', 'heavy_ball', ['heavy_ball', 'nesterov'],
-                  'FedADC local step (Algorithm 3): heavy_ball (blue) or '
-                  'nesterov (red).')
-flags.DEFINE_float('local_momentum', 0.0, 'FedADC double momentum phi '
-                   '(Algorithm 4), in [0, 1); 0 = Algorithm 3.',
-                   lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_float('distill_lambda', 0.35, 'FedADC+ distillation weight '
-                   'lambda, in [0, 1].', lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_float('distill_temperature', 4.0, 'FedADC+ distillation '
-                   'temperature tau, positive (CS-KD\'s default 4, which '
-                   'the paper follows).')
+# --- Each algorithm's own flags, as its module declares them -----------------
+# (`SPEC` in tff_opt/algorithms/<algorithm>.py: default, bounds, help; the
+# library builder's defaults are the same objects.)
+for _hparam in registry.algorithm_hparams():
+  hparams_lib.define_flag(_hparam)
+del _hparam
 
-# --- FedProx / FedFOR / FedCurv (--algorithm=fedprox|fedfor|fedcurv) ---------
-flags.DEFINE_float('mu', None, 'FedProx proximal strength mu (local '
-                   'objective L_k + mu/2 ||w - w_t||^2); needed by fedprox.',
-                   lower_bound=0.0)
-flags.DEFINE_float('alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the '
-                   'paper uses 5).', lower_bound=0.0)
-flags.DEFINE_enum('fedfor_grad_at_zero', '0', ['0', '1'], 'FedFOR: derivative '
-                  'of U(x) = max(x, 0) at 0, where every coordinate starts '
-                  'local training: 0 = relu\'s (no push on the first step), '
-                  '1 = the paper\'s x-branch (first step moves by -alpha '
-                  '(w_{t-1} - w_t)).')
-flags.DEFINE_float('lam', None, 'FedCurv penalty strength lambda; needed by '
-                   'fedcurv.', lower_bound=0.0)
-flags.DEFINE_enum('fedcurv_exact', 'auto', ['auto', 'on', 'off'], 'FedCurv: '
-                  'on = the paper\'s Eq. 3 (each client subtracts its own '
-                  'last Fisher terms from u, v; client state), off = the '
-                  'stateless variant (u, v include them), auto = on where the '
-                  'client state (2 model-sized vectors per client) fits in '
-                  '2 GiB.')
-
-# --- FedDyn (--algorithm=feddyn) and FedBN (--fedbn) -------------------------
-flags.DEFINE_float('feddyn_alpha', 0.01, 'FedDyn regularization strength '
-                   'alpha, > 0 (FedADC\'s grid: 0.1, 0.01, 0.001).')
+# --- FedBN (--fedbn), on top of another algorithm -----------------------------
 flags.DEFINE_boolean('fedbn', False, 'FedBN: keep every BatchNormalization '
                      'layer local to its client (client state kept and '
                      'checkpointed by the loop), on top of --algorithm='
                      'fedopt|fedprox|fedfor|fedcurv|feddyn; needs a model with '
                      'batch norm, e.g. --task_option=model=cnn_bn for digits. '
                      'Evaluation uses the global model\'s (initial) BN.')
-
-# --- The papers' other baselines (--algorithm=fedntd|fedrs|fedgkd|moon|feddc) -
-# The FedADC paper's settings (Section IV-A) are the defaults; it trains
-# FedNTD, FedRS and FedGKD with local momentum 0.9 (--client_opt=sgdm).
-flags.DEFINE_float('ntd_beta', 0.3, 'FedNTD weight beta of the not-true '
-                   'distillation, >= 0 (0: FedAvg).', lower_bound=0.0)
-flags.DEFINE_float('ntd_temperature', 1.0, 'FedNTD temperature tau, > 0.')
-flags.DEFINE_float('fedrs_alpha', 0.5, 'FedRS scale of the logits of the '
-                   'classes a client lacks, in [0, 1] (1: FedAvg).',
-                   lower_bound=0.0, upper_bound=1.0)
-flags.DEFINE_float('gkd_gamma', 0.2, 'FedGKD coefficient gamma of (gamma/2) '
-                   'tau^2 KL, >= 0 (0.2: the FedADC paper\'s lambda = 0.1 on '
-                   'tau^2 KL).', lower_bound=0.0)
-flags.DEFINE_float('gkd_temperature', 0.5, 'FedGKD temperature tau, > 0.')
-flags.DEFINE_integer('gkd_buffer_size', 5, 'FedGKD: the teacher is the mean '
-                     'of the last M global models; M >= 1.', lower_bound=1)
-flags.DEFINE_float('moon_mu', None, 'MOON weight mu of the model-contrastive '
-                   'loss, >= 0; needed by --algorithm=moon (the FedADC '
-                   'paper searches 1 to 5).', lower_bound=0.0)
-flags.DEFINE_float('moon_temperature', 0.5, 'MOON temperature tau of the '
-                   'cosine similarities, > 0.')
-flags.DEFINE_float('feddc_alpha', 0.01, 'FedDC penalty strength alpha on '
-                   '||theta + h_i - w||^2, >= 0 (the FedDC authors\' '
-                   'CIFAR value; their MNIST script uses 0.1).',
-                   lower_bound=0.0)
-
-# --- FedPTR (--algorithm=fedptr|fedptr_s; --mu is its base strength) -------
-flags.DEFINE_integer('images_per_class', 10, 'FedPTR synthetic images per '
-                     'class (the paper: 10 for 10 classes, 2 for 100).',
-                     lower_bound=1)
-flags.DEFINE_integer('mtt_outer_steps', 20, 'FedPTR trajectory-matching '
-                     'updates of the synthetic set per MTT run.',
-                     lower_bound=0)
-flags.DEFINE_integer('mtt_inner_steps', 10, 'FedPTR unrolled student steps '
-                     'N per matching update.', lower_bound=1)
-flags.DEFINE_integer('projection_steps', 5, 'FedPTR projection steps P on '
-                     'the synthetic set from w_t.', lower_bound=0)
-flags.DEFINE_boolean('layer_adaptive', False, 'FedPTR: our reconstruction '
-                     'of the layer-adaptive mu_l (its formula is lost from '
-                     'our copy of the paper; tff_opt/algorithms/fed_ptr.py); '
-                     'off: --mu for every layer, Eq. 2 as printed.')
-flags.DEFINE_integer('update_every', 1, 'FedPTR: run MTT every this many '
-                     'rounds (fedptr_s) or every this many of a client\'s '
-                     'participations (fedptr, whose clients keep their '
-                     'synthetic sets); 0 runs it once (one-shot).',
-                     lower_bound=0)
-flags.DEFINE_float('mtt_init_lr', 0.01, 'FedPTR initial synthetic step '
-                   'size alpha_syn, positive.', lower_bound=1e-12)
-flags.DEFINE_float('mtt_image_lr', 100.0, 'FedPTR SGD step size of '
-                   'the synthetic images.', lower_bound=0.0)
-flags.DEFINE_float('mtt_lr_lr', 1e-4, 'FedPTR SGD step size of '
-                   'alpha_syn.', lower_bound=0.0)
-flags.DEFINE_float('mtt_momentum', 0.5, 'FedPTR momentum of the MTT outer '
-                   'SGD updates (images and alpha_syn), in [0, 1); MTT\'s '
-                   'default 0.5, 0 for plain gradient descent.',
-                   lower_bound=0.0)
 
 # --- The run -----------------------------------------------------------------
 flags.DEFINE_integer('rounds', None, 'Number of rounds. Default: the '
@@ -674,8 +585,6 @@ def run(hparams: dict) -> None:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
   from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
-  from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
-  from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
   # The collector stops re-scanning what the imports made (binaries/__init__).
   binaries.freeze_imports()
@@ -683,57 +592,19 @@ def run(hparams: dict) -> None:
   lock_output_dir(hparams['output_dir'])
   _set_execution_context(hparams)
 
-  try:
-    task = tasks.create_task(
-        hparams['task'],
-        train_client_spec=tff.simulation.baselines.ClientSpec(
-            num_epochs=hparams['client_epochs'],
-            batch_size=hparams['client_batch_size']),
-        eval_client_spec=tff.simulation.baselines.ClientSpec(
-            num_epochs=1, batch_size=max(hparams['client_batch_size'], 128)),
-        data_dir=hparams['data_dir'],
-        seed=hparams['seed'],
-        **hparams['task_options'])
-    # Long-tail / concept-shift rounds (tasks/heterogeneity.py), or None.
-    round_data = tasks.create_round_data(
-        hparams['task'], task, data_dir=hparams['data_dir'],
-        seed=hparams['seed'], **hparams['task_options'])
-  except data_errors.DataError as e:
-    raise UsageError(str(e)) from e
-  except ValueError as e:
-    raise UsageError(f'--task={hparams["task"]}: {e}') from e
-  train_data = task.datasets.train_data
-  client_ids = sorted(train_data.client_ids)
+  task, round_data = _create_task(hparams)
+  client_ids = sorted(task.datasets.train_data.client_ids)
+  num_test = len(task.datasets.test_data.client_ids)
   per_round = hparams['clients_per_round'] or len(client_ids)
   if hparams['clients_per_round'] > len(client_ids):
     raise UsageError(
         f"--clients_per_round={hparams['clients_per_round']} is larger than "
         f"the {len(client_ids)} training clients of task {hparams['task']}.")
-  num_test = len(task.datasets.test_data.client_ids)
   if FLAGS.personalize and (FLAGS.personalize_clients or 0) > num_test:
     raise UsageError(
         f'--personalize_clients={FLAGS.personalize_clients} is larger than '
         f"the {num_test} held-out clients of task {hparams['task']}.")
-
-  try:
-    if FLAGS.personalize:
-      flag_adapters.check_flag('personalize', None, lambda _: (
-          personalization.check_classifier(task.model_fn)), about_model=True)
-    shared = flag_adapters.shared_arguments(hparams)
-    process = registry.build_process(
-        hparams['algorithm'], task.model_fn, **shared,
-        fedbn=hparams.get('fedbn', False), num_clients=len(client_ids),
-        client_epochs=hparams['client_epochs'],
-        **{h: hparams[h]
-           for h in registry.ALGORITHMS[hparams['algorithm']].flags})
-  except flag_adapters.FlagError as e:
-    raise UsageError(e.line(task=hparams['task'])) from e
-  except ValueError as e:
-    raise UsageError(str(e)) from e
-  if hparams.get('client_vectorization'):
-    process = _vectorized_process(hparams, task, process)
-  # The process that runs is the one checked (its compiled form is cached).
-  _check_workers_can_run(hparams, process)
+  process, shared = _build_process(hparams, task, len(client_ids))
 
   record_resumed_hparams = None
   if not resuming:
@@ -754,19 +625,124 @@ def run(hparams: dict) -> None:
       del start_round
       write_hparams(hparams, _saved_extras(hparams))
 
-  # The initial model is a function of --seed.
+  # The initial model is a function of --seed (and is made before the
+  # evaluator's model, which draws from the same seeded generator).
   tf.keras.utils.set_random_seed(hparams['seed'])
   initial_weights = tff.learning.models.ModelWeights.from_model(
       task.model_fn())
   initial_state = process.set_model_weights(
       process.initialize(),
       tf.nest.map_structure(lambda v: np.asarray(v.numpy()), initial_weights))
+  evaluate = _build_evaluate(hparams, task, round_data)
+  round_clients_fn = None
+  if round_data is not None:
 
+    def round_clients_fn(round_num, sampled):
+      return round_data.clients_for_round(round_num, sampled)
+
+  server = ('its own rule' if registry.ALGORITHMS[
+      hparams['algorithm']].server_rule == 'own' else hparams['server_opt'])
+  print(f"tff-opt: task={hparams['task']} algorithm={hparams['algorithm']} "
+        f"server_opt={server} rounds={hparams['rounds']} "
+        f"clients_per_round={per_round} "
+        f"output_dir={hparams['output_dir']}", flush=True)
+  result = _train(hparams, process, task, client_ids, per_round,
+                  initial_state=initial_state, evaluate=evaluate,
+                  round_clients_fn=round_clients_fn,
+                  on_start=record_resumed_hparams)
+  final_weights = process.get_model_weights(result.state)
+  if hparams.get('final_full_eval'):
+    metrics = evaluation.final_full_eval(
+        task.model_fn, task.datasets.eval_preprocess_fn(
+            task.datasets.test_data.create_tf_dataset_from_all_clients()),
+        final_weights, output_dir=hparams['output_dir'],
+        rounds=hparams['rounds'])
+    print('final full evaluation: ' + evaluation.format_metrics(metrics),
+          flush=True)
+  if FLAGS.personalize:
+    _personalize(hparams, shared['client_optimizer_fn'], final_weights)
+
+
+def _create_task(hparams: dict):
+  """The task (`tff.simulation.baselines.BaselineTask`) and its round data.
+
+  Returns:
+    `(task, round_data)`: `round_data` the long-tail or concept-shift rounds
+    (`tasks/heterogeneity.py`), or `None`.
+
+  Raises:
+    UsageError: If the data are missing or damaged, or a task option is
+      refused.
+  """
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  try:
+    task = tasks.create_task(
+        hparams['task'],
+        train_client_spec=tff.simulation.baselines.ClientSpec(
+            num_epochs=hparams['client_epochs'],
+            batch_size=hparams['client_batch_size']),
+        eval_client_spec=tff.simulation.baselines.ClientSpec(
+            num_epochs=1, batch_size=max(hparams['client_batch_size'], 128)),
+        data_dir=hparams['data_dir'],
+        seed=hparams['seed'],
+        **hparams['task_options'])
+    round_data = tasks.create_round_data(
+        hparams['task'], task, data_dir=hparams['data_dir'],
+        seed=hparams['seed'], **hparams['task_options'])
+  except data_errors.DataError as e:
+    raise UsageError(str(e)) from e
+  except ValueError as e:
+    raise UsageError(f'--task={hparams["task"]}: {e}') from e
+  return task, round_data
+
+
+def _build_process(hparams: dict, task, num_clients: int):
+  """The algorithm's process, as it will run (grouped clients, workers).
+
+  Returns:
+    `(process, shared)`: `shared` the builder arguments every algorithm
+    takes (`flag_adapters.shared_arguments`).
+
+  Raises:
+    UsageError: If a flag's value is refused, by the adapter, the builder,
+      the grouped client work or TFF's workers.
+  """
+  from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
+  try:
+    if FLAGS.personalize:
+      flag_adapters.check_flag('personalize', None, lambda _: (
+          personalization.check_classifier(task.model_fn)), about_model=True)
+    shared = flag_adapters.shared_arguments(hparams)
+    process = registry.build_process(
+        hparams['algorithm'], task.model_fn, **shared,
+        fedbn=hparams.get('fedbn', False), num_clients=num_clients,
+        client_epochs=hparams['client_epochs'],
+        **{h: hparams[h]
+           for h in registry.ALGORITHMS[hparams['algorithm']].flags})
+  except flag_adapters.FlagError as e:
+    raise UsageError(e.line(task=hparams['task'])) from e
+  except ValueError as e:
+    raise UsageError(str(e)) from e
+  if hparams.get('client_vectorization'):
+    process = _vectorized_process(hparams, task, process)
+  # The process that runs is the one checked (its compiled form is cached).
+  _check_workers_can_run(hparams, process)
+  return process, shared
+
+
+def _build_evaluate(hparams: dict, task, round_data):
+  """`evaluate(weights, round_num) -> metrics` on the held-out clients.
+
+  One evaluation, with what may change from one round to the next: Reddi
+  et al.'s uniform sample of `--eval_examples` test examples, drawn afresh
+  at each evaluation and seeded by the round (a task with a SQLite test
+  file; otherwise one seeded sample); under concept shift, the round's label
+  map (one evaluator per label map seen, built when first needed).
+  """
+  from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
   sampler = None
   sqlite_path = tasks.eval_sqlite_path(hparams['task'], hparams['data_dir'])
   if hparams.get('eval_examples') and sqlite_path:
-    # Reddi et al.: a uniform sample of test examples, drawn afresh at each
-    # evaluation (seeded by the round).
     sampler = sqlite_data.ExampleSampler(
         sqlite_path, task.datasets.test_data.element_type_structure,
         num_examples=hparams['eval_examples'], seed=hparams['seed'])
@@ -778,43 +754,39 @@ def run(hparams: dict) -> None:
   else:
     eval_data = task.datasets.eval_preprocess_fn(
         task.datasets.test_data.create_tf_dataset_from_all_clients())
-  evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
-  if sampler is not None:
-    evaluate_sample = evaluate
+  shifting = round_data is not None and round_data.concept_shift is not None
+  evaluators = {}
+  if not shifting:
+    evaluators[None] = evaluation.build_evaluator(task.model_fn, eval_data)
 
-    def evaluate(weights, round_num):  # pylint: disable=function-redefined
+  def evaluate(weights, round_num):
+    if sampler is not None:
       sampler.round_num = round_num
-      return evaluate_sample(weights)
-  round_clients_fn, current_round = None, [0]
-  if round_data is not None:
+    key = round_data.label_map(round_num).tobytes() if shifting else None
+    if key not in evaluators:
+      evaluators[key] = evaluation.build_evaluator(
+          task.model_fn, round_data.relabel(eval_data, round_num))
+    return evaluators[key](weights)
 
-    def round_clients_fn(round_num, sampled):
-      current_round[0] = round_num
-      return round_data.clients_for_round(round_num, sampled)
+  return evaluate
 
-    if round_data.concept_shift is not None:
-      # Score on the current concept: one evaluator per label map seen.
-      evaluators = {}
 
-      def evaluate(weights):
-        key = round_data.label_map(current_round[0]).tobytes()
-        if key not in evaluators:
-          evaluators[key] = evaluation.build_evaluator(
-              task.model_fn, round_data.relabel(eval_data, current_round[0]))
-        return evaluators[key](weights)
+def _train(hparams: dict, process, task, client_ids, per_round, **loop_args):
+  """`training_loop.run_training` with the run's settings; its result.
+
+  Raises:
+    UsageError: If the checkpoints cannot be resumed, or a data file became
+      unreadable during the run (the results so far kept).
+  """
+  from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
+  train_data = task.datasets.train_data
 
   def client_dataset(client_id):
     return task.datasets.train_preprocess_fn(
         train_data.create_tf_dataset_for_client(client_id))
 
-  server = ('its own rule' if registry.ALGORITHMS[
-      hparams['algorithm']].server_rule == 'own' else hparams['server_opt'])
-  print(f"tff-opt: task={hparams['task']} algorithm={hparams['algorithm']} "
-        f"server_opt={server} rounds={hparams['rounds']} "
-        f"clients_per_round={per_round} "
-        f"output_dir={hparams['output_dir']}", flush=True)
   try:
-    result = training_loop.run_training(
+    return training_loop.run_training(
         process,
         client_ids=client_ids,
         client_dataset_fn=client_dataset,
@@ -822,13 +794,11 @@ def run(hparams: dict) -> None:
         rounds=hparams['rounds'],
         seed=hparams['seed'],
         output_dir=hparams['output_dir'],
-        evaluate_fn=evaluate,
+        evaluate_fn=loop_args.pop('evaluate'),
         eval_every=hparams['eval_every'],
         checkpoint_every=hparams['checkpoint_every'],
-        initial_state=initial_state,
         log=lambda line: print(line, flush=True),
-        round_clients_fn=round_clients_fn,
-        on_start=record_resumed_hparams)
+        **loop_args)
   except training_loop.RoundsBehindCheckpointError as e:
     raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
   except training_loop.UnreadableCheckpointsError as e:
@@ -845,17 +815,6 @@ def run(hparams: dict) -> None:
         f'unreadable during the run ({reason}). The results in '
         f'{hparams["output_dir"]} are intact: restore the file and run the '
         'same command again to resume from the last checkpoint.') from e
-  final_weights = process.get_model_weights(result.state)
-  if hparams.get('final_full_eval'):
-    metrics = evaluation.final_full_eval(
-        task.model_fn, task.datasets.eval_preprocess_fn(
-            task.datasets.test_data.create_tf_dataset_from_all_clients()),
-        final_weights, output_dir=hparams['output_dir'],
-        rounds=hparams['rounds'])
-    print('final full evaluation: ' + evaluation.format_metrics(metrics),
-          flush=True)
-  if FLAGS.personalize:
-    _personalize(hparams, shared['client_optimizer_fn'], final_weights)
 
 
 def _personalize(hparams, client_optimizer, model_weights) -> None:

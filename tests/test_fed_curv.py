@@ -61,7 +61,9 @@ def numpy_fed_curv(clients, rounds=ROUNDS, cross_silo=False):
     own = reports
     u = [sum(r[0][j] for r in reports) for j in range(len(w))]
     v = [sum(r[1][j] for r in reports) for j in range(len(w))]
-    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+    # The paper's plain mean of the participants' models (the builder's
+    # default, fed_curv.SPEC.client_weighting).
+    w = tiny.weighted_mean(finals, [1.0] * len(clients))
   return w, u, v
 
 
@@ -207,9 +209,9 @@ def test_first_round_is_fed_avg(fed_curv_process):
   state = process.next(state, tiny.full_batch_datasets(clients,
                                                        LOCAL_STEPS)).state
   w = [t.astype(np.float64) for t in tiny.initial_weights()]
-  expected = tiny.weighted_mean(
+  expected = tiny.weighted_mean(  # FedAvg with the paper's plain mean.
       [tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS) for x, y in clients],
-      [len(y) for _, y in clients])
+      [1.0] * len(clients))
   for got, want in zip(tiny.trainable(process, state), expected):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 

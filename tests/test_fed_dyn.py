@@ -129,4 +129,4 @@ def test_num_clients_must_be_positive():
 
 def test_registered_with_its_flag():
   algorithm = registry.ALGORITHMS['feddyn']
-  assert algorithm.hparams == ('feddyn_alpha',)
+  assert algorithm.flags == ('feddyn_alpha',)

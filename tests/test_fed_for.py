@@ -52,7 +52,9 @@ def numpy_fed_for(clients, alpha, rounds=ROUNDS, grad_at_zero=0):
     finals = [tiny.local_sgd(w, x, y, CLIENT_LR, LOCAL_STEPS, extra_grad=extra)
               for x, y in clients]
     previous = w
-    w = tiny.weighted_mean(finals, [len(y) for _, y in clients])
+    # Algorithm 1's plain mean of the clients' models (the builder's
+    # default, fed_for.SPEC.client_weighting).
+    w = tiny.weighted_mean(finals, [1.0] * len(clients))
   return w
 
 

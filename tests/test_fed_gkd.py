@@ -207,8 +207,8 @@ def test_history_extras_sum_the_filled_slots():
 
 
 def test_defaults():
-  assert (fed_gkd.DEFAULT_GAMMA, fed_gkd.DEFAULT_TEMPERATURE,
-          fed_gkd.DEFAULT_BUFFER_SIZE) == (0.2, 0.5, 5)
+  assert (fed_gkd.GKD_GAMMA.default, fed_gkd.GKD_TEMPERATURE.default,
+          fed_gkd.GKD_BUFFER_SIZE.default) == (0.2, 0.5, 5)
   weighting = inspect.signature(fed_gkd.build_fed_gkd).parameters[
       'client_weighting'].default
   assert weighting == tff.learning.ClientWeighting.UNIFORM

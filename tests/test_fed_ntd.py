@@ -101,7 +101,8 @@ def test_beta_zero_is_fed_avg():
 
 
 def test_defaults_are_the_fedadc_papers():
-  assert (fed_ntd.DEFAULT_BETA, fed_ntd.DEFAULT_TEMPERATURE) == (0.3, 1.0)
+  assert (fed_ntd.NTD_BETA.default, fed_ntd.NTD_TEMPERATURE.default) == (
+      0.3, 1.0)
 
 
 @pytest.mark.parametrize('name,value,message', [

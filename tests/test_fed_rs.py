@@ -105,7 +105,7 @@ def test_clients_with_every_class_run_fed_avg(process):
 
 def test_num_classes_and_default():
   assert _common.num_classes_of(tiny.model_fn) == tiny.NUM_CLASSES
-  assert fed_rs.DEFAULT_ALPHA == 0.5
+  assert fed_rs.FEDRS_ALPHA.default == 0.5
 
 
 @pytest.mark.parametrize('alpha,shown', [

@@ -322,7 +322,7 @@ BN_ALGORITHMS = {
                UNIFORM),
     'fedcurv': (lambda: algorithms.build_fed_curv(
         test_fed_bn.bn_model_fn, lam=0.1, client_optimizer_fn=_sgd(0.1),
-        server_optimizer_fn=_sgd(1.0)), NUM_EXAMPLES),
+        server_optimizer_fn=_sgd(1.0)), UNIFORM),
 }
 
 

@@ -71,6 +71,7 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
@@ -78,8 +79,39 @@ from tff_opt.round import losses
 from tff_opt.round import momentum as momentum_lib
 
 VARIANTS = ('heavy_ball', 'nesterov')
-DEFAULT_DISTILL_LAMBDA = 0.35
-DEFAULT_DISTILL_TEMPERATURE = losses.SELF_CONFIDENCE_TEMPERATURE  # CS-KD's.
+
+
+BETA = hparams.GLOBAL_MOMENTUM
+BETA_LOCAL = hparams.HParam(
+    'beta_local', None, 'FedADC: share of the global momentum embedded in '
+    'the local steps, in [0, 1). Default: --beta.', lower=0.0, upper=1.0)
+VARIANT = hparams.HParam(
+    'fedadc_variant', 'heavy_ball', 'FedADC local step (Algorithm 3): '
+    'heavy_ball (blue) or nesterov (red).', kind='enum', choices=VARIANTS)
+LOCAL_MOMENTUM = hparams.HParam(
+    'local_momentum', 0.0, 'FedADC double momentum phi (Algorithm 4), in '
+    '[0, 1); 0 = Algorithm 3.', lower=0.0, upper=1.0)
+DISTILL_LAMBDA = hparams.HParam(
+    'distill_lambda', 0.35, 'FedADC+ distillation weight lambda, in [0, 1].',
+    lower=0.0, upper=1.0)
+DISTILL_TEMPERATURE = hparams.HParam(
+    'distill_temperature', losses.SELF_CONFIDENCE_TEMPERATURE,
+    'FedADC+ distillation temperature tau, positive (CS-KD\'s default 4, '
+    'which the paper follows).')
+SPEC = hparams.Spec(
+    summary=('FedADC (Ozfatura et al. Algorithm 3; Algorithm 4 with '
+             '--local_momentum > 0): global momentum embedded in local SGD '
+             'steps, server momentum rule with alpha = 1 (--server_opt/'
+             '--server_lr unused)'),
+    hparams=(BETA, VARIANT, LOCAL_MOMENTUM, BETA_LOCAL),
+    # Ozfatura et al. Algorithms 3-4: (1/|S|) sum.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    server_rule='own')
+PLUS_SPEC = dataclasses.replace(
+    SPEC,
+    summary=('FedADC+: FedADC with self-confidence distillation '
+             '(--distill_lambda, --distill_temperature)'),
+    hparams=SPEC.hparams + (DISTILL_LAMBDA, DISTILL_TEMPERATURE))
 
 
 # --- The recipe and the builder -------------------------------------------
@@ -91,7 +123,7 @@ def fed_adc_recipe(
     beta: float,
     alpha: float = 1.0,
     beta_local: Optional[float] = None,
-    variant: str = 'heavy_ball',
+    variant: str = VARIANT.default,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
@@ -181,13 +213,12 @@ def build_fed_adc(
     beta: float,
     alpha: float = 1.0,
     beta_local: Optional[float] = None,
-    variant: str = 'heavy_ball',
+    variant: str = VARIANT.default,
     local_momentum: Optional[float] = None,
     distillation: bool = False,
-    distill_lambda: float = DEFAULT_DISTILL_LAMBDA,
-    distill_temperature: float = DEFAULT_DISTILL_TEMPERATURE,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.UNIFORM),
+    distill_lambda: float = DISTILL_LAMBDA.default,
+    distill_temperature: float = DISTILL_TEMPERATURE.default,
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

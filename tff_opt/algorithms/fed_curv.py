@@ -75,19 +75,8 @@ Choices written down (and tested):
     LSTMs, branches, custom layers or losses, regularizers, a
     `VariableModel` not made by `from_keras_model`): one gradient pass per
     example, `model.forward_pass` on batches of one.
-  Measured (EMNIST-CR CNN, 200 examples, one TF thread, CPU seconds, a
-  loaded 2-core machine; `python -m benchmarks.fisher_pass`): the loop
-  0.68, the fast path 0.30 (batches of 16, 32 or 64 alike), about a
-  training epoch's cost: forward, backward to the layers' inputs, and the
-  conv layers' per-example kernel gradients (as many FLOPs as their batch
-  kernel gradients). The fast path iterates with `iter(dataset)`: a plain
-  `for batch in dataset` becomes a `dataset.reduce`, whose body ran about
-  1.5x slower (0.42-0.46). FedCurv's round (`benchmarks/round_time`,
-  `--max_concurrent_clients=1`): 2.16x FedOpt's, 3.5-3.8x with the loop.
-  Earlier attempts, for the record: a `tf.vectorized_map` of per-example
-  tapes over 2-20 examples 1.04-1.41 s, `GradientTape.jacobian` 7.1 s
-  (per-example gradients of the 1.18M-weight dense kernel materialised;
-  the closed form never materialises them).
+  Its speed against the loop, and the forms tried before it:
+  `results/perf/fisher_pass.md` (`python -m benchmarks.fisher_pass`).
 - A round rejected by the finalizer (non-finite) leaves u, v unchanged.
 - Communication: three model-sized vectors each way.
 """
@@ -104,6 +93,7 @@ import tensorflow_federated as tff
 from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
@@ -122,6 +112,26 @@ CLIENT_ROUND_KEY = 'round'
 FISHER_BATCH_SIZE = 32  # Examples per batch of the fast Fisher pass.
 EXACT_STATE_BYTES = 2 * 1024**3  # --fedcurv_exact=auto's client-state budget.
 EXACT_CHOICES = ('auto', 'on', 'off')
+
+
+LAM = hparams.HParam(
+    'lam', None, 'FedCurv penalty strength lambda; needed by fedcurv.',
+    lower=0.0, needed=True)
+EXACT = hparams.HParam(
+    'fedcurv_exact', 'auto', 'FedCurv: on = the paper\'s Eq. 3 (each '
+    'client subtracts its own last Fisher terms from u, v; client state), '
+    'off = the stateless variant (u, v include them), auto = on where the '
+    'client state (2 model-sized vectors per client) fits in 2 GiB.',
+    kind='enum', choices=EXACT_CHOICES)
+SPEC = hparams.Spec(
+    summary=('FedCurv: Fisher sums u, v broadcast, local penalty lam (w^T '
+             'diag(u) w - 2 w^T v) (--lam), Eq. 3 (the client\'s own term '
+             'subtracted) per --fedcurv_exact, server optimizer from '
+             '--server_opt'),
+    hparams=(LAM, EXACT),
+    # Shoham et al.: the plain mean of the participants' models.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    task_facts=('num_clients', 'client_epochs'))
 
 
 def empirical_fisher_diagonal(model, dataset, *,
@@ -258,8 +268,7 @@ def build_fed_curv(
     lam: float,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     cross_silo: bool = False,
     client_epochs: int = 1,
@@ -272,7 +281,8 @@ def build_fed_curv(
     lam: The penalty strength lambda, >= 0.
     client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`.
     server_optimizer_fn: The server's optimizer.
-    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`, for the deltas
+    client_weighting: `UNIFORM` (default, `SPEC.client_weighting`: the paper's
+      plain mean of the participants' models) or `NUM_EXAMPLES`, for the deltas
       (u and v are always plain sums).
     client_lr_schedule: Optional round number -> client learning rate.
     cross_silo: Each client subtracts its own previous contribution from

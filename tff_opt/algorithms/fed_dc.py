@@ -136,6 +136,7 @@ from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_dyn
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
@@ -155,6 +156,25 @@ DELTA_SUM_KEY = 'delta_sum'
 # 1 in every client's report; the client work zeroes it (with the rest of
 # the update) when the update is not finite, so the client keeps its state.
 REPORTED_KEY = 'reported'
+
+
+ALPHA = hparams.HParam(
+    'feddc_alpha', 0.01, 'FedDC penalty strength alpha on ||theta + h_i - '
+    'w||^2, >= 0 (the FedDC authors\' CIFAR value; their MNIST script uses '
+    '0.1).', lower=0.0)
+SPEC = hparams.Spec(
+    summary=('FedDC (Gao et al., CVPR 2022): local objective L_i + '
+             '(alpha/2)||theta + h_i - w||^2 + (1/(eta K))<theta, g_i - g> '
+             'with per-client drift h_i and last update g_i kept by the '
+             'training loop; the server takes the mean of the round\'s '
+             'theta_i plus the mean of every client\'s h_i (N the task\'s '
+             'training clients, as its authors\' code) and of g_i '
+             '(--feddc_alpha); the paper\'s server step is --server_opt=sgd '
+             '--server_lr=1'),
+    hparams=(ALPHA,),
+    # Gao et al.: the plain mean of the theta_i.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    server_rule='sgd', task_facts=('num_clients',))
 
 
 def _report(model, dataset, broadcast, *, delta, num_steps, learning_rate,
@@ -380,8 +400,7 @@ def build_fed_dc(
     num_clients: int,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.UNIFORM),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
 ) -> client_states.ClientStatefulProcess:
   """Builds a FedDC process with per-client state (module docstring).

@@ -62,6 +62,7 @@ import tensorflow_federated as tff
 from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
@@ -72,6 +73,20 @@ from tff_opt.round import penalties
 
 H_KEY = 'h'
 MEAN_STATE_KEY = 'mean'
+
+
+ALPHA = hparams.HParam(
+    'feddyn_alpha', 0.01, 'FedDyn regularization strength alpha, > 0 '
+    '(FedADC\'s grid: 0.1, 0.01, 0.001).')  # > 0: build_fed_dyn checks it.
+SPEC = hparams.Spec(
+    summary=('FedDyn (Acar et al. Algorithm 1): local objective L_k - <g_k, '
+             'w> + (alpha/2)||w - w_t||^2 with per-client state g_k kept by '
+             'the training loop, server correction h (--feddyn_alpha); the '
+             'paper\'s server step is --server_opt=sgd --server_lr=1'),
+    hparams=(ALPHA,),
+    # Acar et al. Algorithm 1: (1/|P|) sum theta_k.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    server_rule='sgd', task_facts=('num_clients',))
 
 
 def check_num_clients(num_clients) -> None:
@@ -195,8 +210,7 @@ def build_fed_dyn(
     num_clients: int,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.UNIFORM),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
 ) -> client_states.ClientStatefulProcess:
   """Builds a FedDyn process with per-client state (module docstring).

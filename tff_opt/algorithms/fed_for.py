@@ -32,9 +32,28 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import distributors
 from tff_opt.round import penalties
+
+
+ALPHA = hparams.HParam(
+    'alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the paper uses 5).',
+    lower=0.0)
+GRAD_AT_ZERO = hparams.HParam(
+    'fedfor_grad_at_zero', '0', 'FedFOR: derivative of U(x) = max(x, 0) at '
+    '0, where every coordinate starts local training: 0 = relu\'s (no push '
+    'on the first step), 1 = the paper\'s x-branch (first step moves by '
+    '-alpha (w_{t-1} - w_t)).', kind='enum', choices=('0', '1'))
+SPEC = hparams.Spec(
+    summary=('FedFOR (Eq. 7): two-model broadcast, local penalty '
+             '(alpha/eta) sum U((w_{t-1} - w_t)(w - w_t)) (--alpha; U\'(0) '
+             'from --fedfor_grad_at_zero), server optimizer from '
+             '--server_opt'),
+    hparams=(ALPHA, GRAD_AT_ZERO),
+    # Tian et al. Algorithm 1: the plain mean of the clients' models.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM)
 
 
 def fed_for_recipe(
@@ -67,8 +86,7 @@ def build_fed_for(
     alpha: float,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
@@ -83,7 +101,8 @@ def build_fed_for(
     client_optimizer_fn: The client's `tff.learning.optimizers.Optimizer`;
       its learning rate is the eta of Eq. 7.
     server_optimizer_fn: The server's optimizer.
-    client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
+    client_weighting: `UNIFORM` (default, `SPEC.client_weighting`: Algorithm
+      1's plain mean of the clients' models) or `NUM_EXAMPLES`.
     client_lr_schedule: Optional round number -> client learning rate.
     model_aggregator: Weighted aggregation factory for the deltas;
       `tff.aggregators.MeanFactory()` by default.

@@ -62,6 +62,7 @@ import tensorflow_federated as tff
 from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
@@ -69,14 +70,30 @@ from tff_opt.round import finalizers
 from tff_opt.round import ground
 from tff_opt.round import losses
 
-DEFAULT_GAMMA = 0.2  # gamma / 2 = the FedADC paper's lambda = 0.1.
-DEFAULT_TEMPERATURE = 0.5  # FedADC paper, Section IV-A3.
-DEFAULT_BUFFER_SIZE = 5  # The authors' README run, --buffer_length 5.
 
 # The finalizer's extras: the ring of previous global models and the number
 # of models pushed into it so far.
 HISTORY_KEY = 'history'
 PUSHED_KEY = 'pushed'
+
+
+GKD_GAMMA = hparams.HParam(
+    'gkd_gamma', 0.2, 'FedGKD coefficient gamma of (gamma/2) tau^2 KL, >= 0 '
+    '(0.2: the FedADC paper\'s lambda = 0.1 on tau^2 KL).', lower=0.0)
+GKD_TEMPERATURE = hparams.HParam(
+    'gkd_temperature', 0.5, 'FedGKD temperature tau, > 0.')  # FedADC IV-A3.
+GKD_BUFFER_SIZE = hparams.HParam(
+    'gkd_buffer_size', 5, 'FedGKD: the teacher is the mean of the last M '
+    'global models; M >= 1.', kind='integer',
+    lower=1)  # The authors' README run, --buffer_length 5.
+SPEC = hparams.Spec(
+    summary=('FedGKD (Yao et al.): distillation from the parameter mean of '
+             'the last --gkd_buffer_size global models, CE + (gamma/2) tau^2 '
+             'KL (--gkd_gamma, --gkd_temperature), server optimizer from '
+             '--server_opt'),
+    hparams=(GKD_GAMMA, GKD_TEMPERATURE, GKD_BUFFER_SIZE),
+    # Its authors' code averages the received models uniformly.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM)
 
 
 def _slots(buffer_size: int) -> int:
@@ -210,9 +227,9 @@ def history_extras(buffer_size: int):
 
 def fed_gkd_recipe(
     *,
-    gamma: float = DEFAULT_GAMMA,
-    temperature: float = DEFAULT_TEMPERATURE,
-    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    gamma: float = GKD_GAMMA.default,
+    temperature: float = GKD_TEMPERATURE.default,
+    buffer_size: int = GKD_BUFFER_SIZE.default,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
@@ -257,13 +274,12 @@ def fed_gkd_recipe(
 def build_fed_gkd(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
-    gamma: float = DEFAULT_GAMMA,
-    temperature: float = DEFAULT_TEMPERATURE,
-    buffer_size: int = DEFAULT_BUFFER_SIZE,
+    gamma: float = GKD_GAMMA.default,
+    temperature: float = GKD_TEMPERATURE.default,
+    buffer_size: int = GKD_BUFFER_SIZE.default,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.UNIFORM),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

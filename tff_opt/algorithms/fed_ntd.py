@@ -30,18 +30,31 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import losses
 
-DEFAULT_BETA = 0.3  # FedADC paper, Section IV-A4.
-DEFAULT_TEMPERATURE = 1.0  # FedADC paper, Section IV-A4.
+
+
+NTD_BETA = hparams.HParam(
+    'ntd_beta', 0.3, 'FedNTD weight beta of the not-true distillation, >= 0 '
+    '(0: FedAvg).', lower=0.0)  # FedADC paper, Section IV-A4.
+NTD_TEMPERATURE = hparams.HParam(
+    'ntd_temperature', 1.0, 'FedNTD temperature tau, > 0.')  # Ibid.
+SPEC = hparams.Spec(
+    summary=('FedNTD (Lee et al., NeurIPS 2022): local loss CE + beta tau^2 '
+             'KL over the not-true classes, the broadcast model the teacher '
+             '(--ntd_beta, --ntd_temperature), server optimizer from '
+             '--server_opt'),
+    hparams=(NTD_BETA, NTD_TEMPERATURE),
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 
 
 def fed_ntd_recipe(
     *,
-    beta: float = DEFAULT_BETA,
-    temperature: float = DEFAULT_TEMPERATURE,
+    beta: float = NTD_BETA.default,
+    temperature: float = NTD_TEMPERATURE.default,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
@@ -70,12 +83,11 @@ def fed_ntd_recipe(
 def build_fed_ntd(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
-    beta: float = DEFAULT_BETA,
-    temperature: float = DEFAULT_TEMPERATURE,
+    beta: float = NTD_BETA.default,
+    temperature: float = NTD_TEMPERATURE.default,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

@@ -30,7 +30,15 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
+
+
+SPEC = hparams.Spec(
+    summary=('FedOpt (Reddi et al.): client SGD, server optimizer from '
+             '--server_opt (sgd = FedAvg, sgdm = FedAvgM, adagrad/adam/yogi '
+             '= FedAdagrad/FedAdam/FedYogi)'),
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # Alg. 5.
 
 
 def fed_opt_recipe(
@@ -52,8 +60,7 @@ def build_fed_opt(
     *,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

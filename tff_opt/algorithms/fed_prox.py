@@ -22,8 +22,17 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import penalties
+
+
+MU = hparams.PROXIMAL_MU
+SPEC = hparams.Spec(
+    summary=('FedProx: local objective L_k + (mu/2)||w - w_t||^2 (--mu), '
+             'server optimizer from --server_opt'),
+    hparams=(MU,),
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 
 
 def fed_prox_recipe(
@@ -53,8 +62,7 @@ def build_fed_prox(
     mu: float,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

@@ -209,6 +209,7 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt import tff_types
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
@@ -228,6 +229,63 @@ NEXT_CLIENT_STATE_KEY = 'next_client_state'
 _STATE_VALID_KEY = 'valid'
 
 _SIDES = ('server', 'client')
+
+
+MU = hparams.PROXIMAL_MU
+IMAGES_PER_CLASS = hparams.HParam(
+    'images_per_class', 10, 'FedPTR synthetic images per class (the paper: '
+    '10 for 10 classes, 2 for 100).', kind='integer', lower=1)
+MTT_OUTER_STEPS = hparams.HParam(
+    'mtt_outer_steps', 20, 'FedPTR trajectory-matching updates of the '
+    'synthetic set per MTT run.', kind='integer', lower=0)
+MTT_INNER_STEPS = hparams.HParam(
+    'mtt_inner_steps', 10, 'FedPTR unrolled student steps N per matching '
+    'update.', kind='integer', lower=1)
+PROJECTION_STEPS = hparams.HParam(
+    'projection_steps', 5, 'FedPTR projection steps P on the synthetic set '
+    'from w_t.', kind='integer', lower=0)
+LAYER_ADAPTIVE = hparams.HParam(
+    'layer_adaptive', False, 'FedPTR: our reconstruction of the '
+    'layer-adaptive mu_l (its formula is lost from our copy of the paper; '
+    'tff_opt/algorithms/fed_ptr.py); off: --mu for every layer, Eq. 2 as '
+    'printed.', kind='boolean')
+UPDATE_EVERY = hparams.HParam(
+    'update_every', 1, 'FedPTR: run MTT every this many rounds (fedptr_s) or '
+    'every this many of a client\'s participations (fedptr, whose clients '
+    'keep their synthetic sets); 0 runs it once (one-shot).',
+    kind='integer', lower=0)
+MTT_INIT_LR = hparams.HParam(
+    'mtt_init_lr', 0.01, 'FedPTR initial synthetic step size alpha_syn, '
+    'positive.', lower=1e-12)
+MTT_IMAGE_LR = hparams.HParam(
+    'mtt_image_lr', 100.0, 'FedPTR SGD step size of the synthetic images.',
+    lower=0.0)
+MTT_LR_LR = hparams.HParam(
+    'mtt_lr_lr', 1e-4, 'FedPTR SGD step size of alpha_syn.', lower=0.0)
+MTT_MOMENTUM = hparams.HParam(
+    'mtt_momentum', 0.5, 'FedPTR momentum of the MTT outer SGD updates '
+    '(images and alpha_syn), in [0, 1); MTT\'s default 0.5, 0 for plain '
+    'gradient descent.', lower=0.0)
+_HPARAMS = (MU, IMAGES_PER_CLASS, MTT_OUTER_STEPS, MTT_INNER_STEPS,
+            PROJECTION_STEPS, LAYER_ADAPTIVE, UPDATE_EVERY, MTT_INIT_LR,
+            MTT_IMAGE_LR, MTT_LR_LR, MTT_MOMENTUM)
+SPEC = hparams.Spec(
+    summary=('FedPTR-S: server-side trajectory matching, broadcast of the '
+             'projected model w~_{t+1}, local penalty sum_l mu_l/2 ||w_l - '
+             'w~_l||^2 (--mu, --images_per_class, --mtt_outer_steps, '
+             '--mtt_inner_steps, --projection_steps, --layer_adaptive, '
+             '--update_every, --mtt_init_lr, --mtt_image_lr, --mtt_lr_lr, '
+             '--mtt_momentum)'),
+    hparams=_HPARAMS,
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
+CLIENT_SIDE_SPEC = dataclasses.replace(
+    SPEC,
+    summary=('FedPTR (client side): each client matches the last global '
+             'step (w_{t-1}, w_t) on a synthetic set started from its own '
+             'images, projects w~_{t+1} and trains with sum_l mu_l/2 ||w_l '
+             '- w~_l||^2; each client keeps its synthetic set as client '
+             'state and re-runs MTT every --update_every of its '
+             'participations (same flags as fedptr_s)'))
 
 
 def _norm(tensor) -> tf.Tensor:
@@ -728,20 +786,19 @@ def build_fed_ptr(
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     side: str = 'server',
-    images_per_class: int = 10,
-    mtt_outer_steps: int = 20,
-    mtt_inner_steps: int = 10,
-    projection_steps: int = 5,
-    layer_adaptive: bool = False,
-    update_every: int = 1,
-    mtt_init_lr: float = 0.01,
-    mtt_image_lr: float = 100.0,
-    mtt_lr_lr: float = 1e-4,
-    mtt_momentum: float = 0.5,
+    images_per_class: int = IMAGES_PER_CLASS.default,
+    mtt_outer_steps: int = MTT_OUTER_STEPS.default,
+    mtt_inner_steps: int = MTT_INNER_STEPS.default,
+    projection_steps: int = PROJECTION_STEPS.default,
+    layer_adaptive: bool = LAYER_ADAPTIVE.default,
+    update_every: int = UPDATE_EVERY.default,
+    mtt_init_lr: float = MTT_INIT_LR.default,
+    mtt_image_lr: float = MTT_IMAGE_LR.default,
+    mtt_lr_lr: float = MTT_LR_LR.default,
+    mtt_momentum: float = MTT_MOMENTUM.default,
     seed: int = 0,
     report_client_cosine: bool = True,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

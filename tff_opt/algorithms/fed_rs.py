@@ -33,11 +33,23 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import losses
 
-DEFAULT_ALPHA = 0.5  # FedADC paper, Section IV-A1.
+
+
+FEDRS_ALPHA = hparams.HParam(
+    'fedrs_alpha', 0.5, 'FedRS scale of the logits of the classes a client '
+    'lacks, in [0, 1] (1: FedAvg).', lower=0.0,
+    upper=1.0)  # FedADC paper, Section IV-A1.
+SPEC = hparams.Spec(
+    summary=('FedRS (Li & Zhan, KDD 2021): restricted softmax, the logits '
+             'of the classes a client lacks scaled by --fedrs_alpha, server '
+             'optimizer from --server_opt'),
+    hparams=(FEDRS_ALPHA,),
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 
 
 def check_alpha(alpha: Any) -> None:
@@ -54,7 +66,7 @@ def check_alpha(alpha: Any) -> None:
 
 def fed_rs_recipe(
     *,
-    alpha: float = DEFAULT_ALPHA,
+    alpha: float = FEDRS_ALPHA.default,
     num_classes: int,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
@@ -92,11 +104,10 @@ def fed_rs_recipe(
 def build_fed_rs(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
-    alpha: float = DEFAULT_ALPHA,
+    alpha: float = FEDRS_ALPHA.default,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

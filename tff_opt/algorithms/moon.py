@@ -60,6 +60,7 @@ import tensorflow_federated as tff
 from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
@@ -68,8 +69,26 @@ from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
 
-DEFAULT_TEMPERATURE = 0.5  # MOON's and the FedADC paper's tau.
 PREVIOUS_MODEL_KEY = 'previous_model'
+
+
+MOON_MU = hparams.HParam(
+    'moon_mu', None, 'MOON weight mu of the model-contrastive loss, >= 0; '
+    'needed by --algorithm=moon (the FedADC paper searches 1 to 5).',
+    lower=0.0, needed=True)
+MOON_TEMPERATURE = hparams.HParam(
+    'moon_temperature', 0.5, 'MOON temperature tau of the cosine '
+    'similarities, > 0.')  # MOON's and the FedADC paper's tau.
+SPEC = hparams.Spec(
+    summary=('MOON (Li, He & Song, CVPR 2021): local loss CE + mu l_con '
+             'contrasting the projection head\'s z with the global model\'s '
+             '(positive) and the client\'s previous local model\'s '
+             '(negative, client state kept by the training loop), cosine at '
+             '--moon_temperature (--moon_mu); needs a model with a projection '
+             'layer (--task_option=model=<name>_proj); server optimizer from '
+             '--server_opt'),
+    hparams=(MOON_MU, MOON_TEMPERATURE),
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 
 
 def previous_trainable(broadcast):
@@ -93,7 +112,7 @@ def _client_state_update(merged, update):
 def moon_recipe(
     *,
     mu: float,
-    temperature: float = DEFAULT_TEMPERATURE,
+    temperature: float = MOON_TEMPERATURE.default,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
@@ -152,11 +171,10 @@ def build_moon(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
     mu: float,
-    temperature: float = DEFAULT_TEMPERATURE,
+    temperature: float = MOON_TEMPERATURE.default,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
 ) -> client_states.ClientStatefulProcess:
   """Builds a MOON process with per-client state (module docstring).

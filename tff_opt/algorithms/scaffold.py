@@ -46,6 +46,7 @@ import tensorflow_federated as tff
 
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
 from tff_opt.round import client_states
@@ -56,6 +57,15 @@ from tff_opt.round import ground
 from tff_opt.round import penalties
 
 CONTROL_DELTA_KEY = 'control_delta'
+
+
+SPEC = hparams.Spec(
+    summary=('SCAFFOLD option II (Reddi et al. Algorithm 6): client and '
+             'server control variates, client state kept by the training '
+             'loop, c <- c + (1/N) sum_S Delta c_i with N the task\'s '
+             'training clients; server optimizer from --server_opt'),
+    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    task_facts=('num_clients',))
 
 
 def _control_delta(model, dataset, broadcast, *, delta, num_steps,
@@ -85,8 +95,7 @@ def build_scaffold(
     *,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     num_clients: Optional[int] = None,
 ) -> client_states.ClientStatefulProcess:

@@ -27,6 +27,18 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.algorithms import fed_adc
+from tff_opt.algorithms import hparams
+
+
+BETA = hparams.GLOBAL_MOMENTUM
+SPEC = hparams.Spec(
+    summary=('SlowMo / FedAvgM (FedADC paper Algorithm 2): local SGD, server '
+             'momentum --beta in units of Delta / eta, alpha = 1 '
+             '(--server_opt/--server_lr unused)'),
+    hparams=(BETA,),
+    # The FedADC paper's Algorithm 2: (1/|S|) sum.
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    server_rule='own')
 
 
 def build_slowmo(
@@ -35,8 +47,7 @@ def build_slowmo(
     client_learning_rate: float,
     beta: float,
     alpha: float = 1.0,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.UNIFORM),
+    client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),

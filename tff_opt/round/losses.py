@@ -43,7 +43,7 @@ Choices written down here (each tested in `tests/test_losses.py`):
 - FedGKD's coefficient is the paper's gamma/2. The authors' code multiplies
   tau^2 KL by its `distillation_coefficient` (0.1 in their README run and,
   as lambda, in the FedADC paper's Section IV-A3), so gamma = 2 * that
-  coefficient; `fed_gkd.DEFAULT_GAMMA` = 0.2.
+  coefficient; `fed_gkd.GKD_GAMMA.default` = 0.2.
 - FedRS scales the whole logit z_c = w_c . h + b_c of a missing class. The
   paper writes the restricted softmax for a final layer without bias,
   exp(alpha_c w_c . h) / sum_j exp(alpha_j w_j . h), i.e. it scales the
