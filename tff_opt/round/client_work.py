@@ -52,7 +52,7 @@ import collections
 import collections.abc
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -327,6 +327,89 @@ def _build_client_update(model_fn, optimizer, objective: LocalObjective,
   return client_update
 
 
+class ClientWorkState(NamedTuple):
+  """A client work's server state and its computations (`client_work_state`).
+
+  The state is `{'round_num', 'optimizer_hparams'}`; each round the client
+  optimizer's hyper-parameters are broadcast with the learning rate of the
+  round's schedule.
+  """
+  init_fn: tff.Computation
+  state_type: tff.Type
+  hparams_type: tff.Type
+  round_hparams: tff.Computation  # state -> the round's optimizer hparams.
+  learning_rate_of: tff.Computation  # hparams -> their learning rate.
+  advance: tff.Computation  # state -> the next round's state.
+  get_hparams_fn: tff.Computation
+  set_hparams_fn: tff.Computation
+
+
+def client_work_state(
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    learning_rate_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+) -> ClientWorkState:
+  """The server state every client work here keeps: round and optimizer.
+
+  Shared by `build_local_training` and the grouped client work of
+  `round/stacked_training.py`, so that a run resumes across them.
+
+  Raises:
+    TypeError: If the optimizer has no `learning_rate` hyper-parameter.
+  """
+  initial_hparams = client_optimizer.get_hparams(
+      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
+  if ground.LEARNING_RATE_KEY not in initial_hparams:
+    raise TypeError('client_optimizer must have a learning_rate '
+                    f'hyper-parameter; it has {list(initial_hparams)}.')
+  initial_state = collections.OrderedDict([
+      (ground.ROUND_NUM_KEY, 0),
+      (ground.OPTIMIZER_HPARAMS_KEY, initial_hparams),
+  ])
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_state, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+  hparams_type = state_type[ground.OPTIMIZER_HPARAMS_KEY]
+
+  @tff.tensorflow.computation(state_type)
+  def round_hparams(state):
+    hparams = collections.OrderedDict(state[ground.OPTIMIZER_HPARAMS_KEY])
+    if learning_rate_schedule is not None:
+      hparams[ground.LEARNING_RATE_KEY] = tf.cast(
+          learning_rate_schedule(state[ground.ROUND_NUM_KEY]),
+          hparams[ground.LEARNING_RATE_KEY].dtype)
+    return hparams
+
+  @tff.tensorflow.computation(hparams_type)
+  def learning_rate_of(hparams):
+    return hparams[ground.LEARNING_RATE_KEY]
+
+  def with_hparams(hparams, round_num):
+    return collections.OrderedDict([
+        (ground.ROUND_NUM_KEY, round_num),
+        (ground.OPTIMIZER_HPARAMS_KEY, hparams),
+    ])
+
+  @tff.tensorflow.computation(state_type)
+  def advance(state):
+    return with_hparams(state[ground.OPTIMIZER_HPARAMS_KEY],
+                        state[ground.ROUND_NUM_KEY] + 1)
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return state[ground.OPTIMIZER_HPARAMS_KEY]
+
+  @tff.tensorflow.computation(state_type, hparams_type)
+  def set_hparams_fn(state, hparams):
+    return with_hparams(hparams, state[ground.ROUND_NUM_KEY])
+
+  return ClientWorkState(init_fn, state_type, hparams_type, round_hparams,
+                         learning_rate_of, advance, get_hparams_fn,
+                         set_hparams_fn)
+
+
 def build_local_training(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,
@@ -389,44 +472,9 @@ def build_local_training(
   if broadcast_type is None:
     broadcast_type = weights_type
 
-  initial_hparams = client_optimizer.get_hparams(
-      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
-  if ground.LEARNING_RATE_KEY not in initial_hparams:
-    raise TypeError('client_optimizer must have a learning_rate '
-                    f'hyper-parameter; it has {list(initial_hparams)}.')
-  initial_state = collections.OrderedDict([
-      (ground.ROUND_NUM_KEY, 0),
-      (ground.OPTIMIZER_HPARAMS_KEY, initial_hparams),
-  ])
+  state = client_work_state(client_optimizer, learning_rate_schedule)
 
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value(initial_state, tff.SERVER)
-
-  state_type = init_fn.type_signature.result.member
-  hparams_type = state_type[ground.OPTIMIZER_HPARAMS_KEY]
-
-  @tff.tensorflow.computation(state_type)
-  def round_hparams(state):
-    hparams = collections.OrderedDict(state[ground.OPTIMIZER_HPARAMS_KEY])
-    if learning_rate_schedule is not None:
-      hparams[ground.LEARNING_RATE_KEY] = tf.cast(
-          learning_rate_schedule(state[ground.ROUND_NUM_KEY]),
-          hparams[ground.LEARNING_RATE_KEY].dtype)
-    return hparams
-
-  @tff.tensorflow.computation(hparams_type)
-  def learning_rate_of(hparams):
-    return hparams[ground.LEARNING_RATE_KEY]
-
-  @tff.tensorflow.computation(state_type)
-  def advance(state):
-    return collections.OrderedDict([
-        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY] + 1),
-        (ground.OPTIMIZER_HPARAMS_KEY, state[ground.OPTIMIZER_HPARAMS_KEY]),
-    ])
-
-  @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
+  @tff.tensorflow.computation(state.hparams_type, broadcast_type, data_type)
   def client_update(hparams, broadcast, dataset):
     diagnostics = ()
     if prepare_fn is not None:
@@ -437,39 +485,28 @@ def build_local_training(
     return tuple(update_fn(hparams, broadcast, dataset)) + (diagnostics,)
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
+      state.init_fn.type_signature.result,
       tff.FederatedType(broadcast_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS),
   )
-  def next_fn(state, broadcast, client_data):
-    hparams = tff.federated_map(round_hparams, state)
+  def next_fn(server_state, broadcast, client_data):
+    hparams = tff.federated_map(state.round_hparams, server_state)
     client_result, model_outputs, non_finite, diagnostics = (
         tff.federated_map(client_update, (tff.federated_broadcast(hparams),
                                           broadcast, client_data)))
     measurements = collections.OrderedDict(
         train=metrics_aggregation_fn(model_outputs),
-        client_learning_rate=tff.federated_map(learning_rate_of, hparams),
+        client_learning_rate=tff.federated_map(state.learning_rate_of,
+                                               hparams),
         non_finite_clients=tff.federated_sum(non_finite),
     )
     if prepare_fn is not None:
       measurements[PREPARE_KEY] = tff.federated_mean(diagnostics)
     measurements = tff.federated_zip(measurements)
     return tff.templates.MeasuredProcessOutput(
-        tff.federated_map(advance, state), client_result, measurements)
-
-  @tff.tensorflow.computation(state_type)
-  def get_hparams_fn(state):
-    return state[ground.OPTIMIZER_HPARAMS_KEY]
-
-  @tff.tensorflow.computation(state_type, hparams_type)
-  def set_hparams_fn(state, hparams):
-    return collections.OrderedDict([
-        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY]),
-        (ground.OPTIMIZER_HPARAMS_KEY, hparams),
-    ])
+        tff.federated_map(state.advance, server_state), client_result,
+        measurements)
 
   return tff.learning.templates.ClientWorkProcess(
-      init_fn,
-      next_fn,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn)
+      state.init_fn, next_fn, get_hparams_fn=state.get_hparams_fn,
+      set_hparams_fn=state.set_hparams_fn)

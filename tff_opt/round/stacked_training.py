@@ -797,47 +797,10 @@ def build_stacked_local_training(
   hooks = (objective.penalty is not None or objective.look_ahead is not None
            or report_fn is not None)
 
-  initial_hparams = client_optimizer.get_hparams(
-      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
-  if ground.LEARNING_RATE_KEY not in initial_hparams:
-    raise TypeError('client_optimizer must have a learning_rate '
-                    f'hyper-parameter; it has {list(initial_hparams)}.')
-  initial_state = collections.OrderedDict([
-      (ground.ROUND_NUM_KEY, 0),
-      (ground.OPTIMIZER_HPARAMS_KEY, initial_hparams),
-  ])
+  state = client_work.client_work_state(client_optimizer,
+                                       learning_rate_schedule)
 
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value(initial_state, tff.SERVER)
-
-  state_type = init_fn.type_signature.result.member
-  hparams_type = state_type[ground.OPTIMIZER_HPARAMS_KEY]
-
-  @tff.tensorflow.computation(state_type)
-  def round_hparams(state):
-    hparams = collections.OrderedDict(
-        state[ground.OPTIMIZER_HPARAMS_KEY])
-    if learning_rate_schedule is not None:
-      lr_key = ground.LEARNING_RATE_KEY
-      hparams[lr_key] = tf.cast(
-          learning_rate_schedule(state[ground.ROUND_NUM_KEY]),
-          hparams[lr_key].dtype)
-    return hparams
-
-  @tff.tensorflow.computation(hparams_type)
-  def learning_rate_of(hparams):
-    return hparams[ground.LEARNING_RATE_KEY]
-
-  @tff.tensorflow.computation(state_type)
-  def advance(state):
-    return collections.OrderedDict([
-        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY] + 1),
-        (ground.OPTIMIZER_HPARAMS_KEY,
-         state[ground.OPTIMIZER_HPARAMS_KEY]),
-    ])
-
-  @tff.tensorflow.computation(hparams_type, broadcast_type, data_type)
+  @tff.tensorflow.computation(state.hparams_type, broadcast_type, data_type)
   def group_update(hparams, broadcast, dataset):
     train = build_local_training_fn(stacked_model, client_optimizer,
                                     stats_dtypes, objective=objective,
@@ -861,34 +824,25 @@ def build_stacked_local_training(
             stacked_model.unfinalized_metrics(stats), non_finite)
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
+      state.init_fn.type_signature.result,
       tff.FederatedType(broadcast_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS),
   )
-  def next_fn(state, broadcast, group_data):
-    hparams = tff.federated_map(round_hparams, state)
+  def next_fn(server_state, broadcast, group_data):
+    hparams = tff.federated_map(state.round_hparams, server_state)
     client_result, model_outputs, non_finite = tff.federated_map(
         group_update, (tff.federated_broadcast(hparams), broadcast,
                        group_data))
     measurements = tff.federated_zip(collections.OrderedDict(
         train=metrics_aggregation_fn(model_outputs),
-        client_learning_rate=tff.federated_map(learning_rate_of, hparams),
+        client_learning_rate=tff.federated_map(state.learning_rate_of,
+                                               hparams),
         non_finite_clients=tff.federated_sum(non_finite),
     ))
     return tff.templates.MeasuredProcessOutput(
-        tff.federated_map(advance, state), client_result, measurements)
-
-  @tff.tensorflow.computation(state_type)
-  def get_hparams_fn(state):
-    return state[ground.OPTIMIZER_HPARAMS_KEY]
-
-  @tff.tensorflow.computation(state_type, hparams_type)
-  def set_hparams_fn(state, hparams):
-    return collections.OrderedDict([
-        (ground.ROUND_NUM_KEY, state[ground.ROUND_NUM_KEY]),
-        (ground.OPTIMIZER_HPARAMS_KEY, hparams),
-    ])
+        tff.federated_map(state.advance, server_state), client_result,
+        measurements)
 
   return tff.learning.templates.ClientWorkProcess(
-      init_fn, next_fn, get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn)
+      state.init_fn, next_fn, get_hparams_fn=state.get_hparams_fn,
+      set_hparams_fn=state.set_hparams_fn)
