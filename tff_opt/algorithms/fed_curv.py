@@ -286,7 +286,10 @@ def build_fed_curv(
       (u and v are always plain sums).
     client_lr_schedule: Optional round number -> client learning rate.
     cross_silo: Each client subtracts its own previous contribution from
-      u, v (see the module docstring); clients then keep state.
+      u, v (see the module docstring); clients then keep state. `False` by
+      default: Eq. 3's state is sized by the population, which the builder
+      is not told; `binaries.train`'s `--fedcurv_exact=auto` (`EXACT`)
+      turns it on where that state fits (`resolve_exact`).
     client_epochs: The local epochs each client dataset holds (shuffled,
       then repeated): the Fisher is taken over one of them, the first
       1/`client_epochs` of the examples (see the module docstring). 1
