@@ -364,7 +364,7 @@ def build_tff_opt(workload: Workload, name: str):
       client_optimizer_fn=_sgd(),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
-      client_lr_schedule=None, **HPARAMS)
+      client_lr_schedule=None, client_learning_rate=CLIENT_LR, **HPARAMS)
 
 
 def build_tff_fed_avg(workload: Workload, loop: str):

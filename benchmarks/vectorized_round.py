@@ -129,7 +129,9 @@ def build_processes(workload, group_sizes, *, unroll: bool,
         name, workload.model_fn, **common_args,
         client_weighting=getattr(tff.learning.ClientWeighting,
                                  weighting.upper()),
-        client_lr_schedule=None, num_clients=len(workload.datasets),
+        client_lr_schedule=None,
+        client_learning_rate=round_time.CLIENT_LR,
+        num_clients=len(workload.datasets),
         client_epochs=1, **ALGORITHM_FLAGS[algorithm])
   stacked = shakespeare_functional.stacked_model_for(workload.model_fn,
                                                      unroll=unroll)

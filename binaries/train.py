@@ -715,6 +715,7 @@ def _build_process(hparams: dict, task, num_clients: int):
     shared = flag_adapters.shared_arguments(hparams)
     process = registry.build_process(
         hparams['algorithm'], task.model_fn, **shared,
+        client_learning_rate=flag_adapters.plain_sgd_learning_rate(hparams),
         fedbn=hparams.get('fedbn', False), num_clients=num_clients,
         client_epochs=hparams['client_epochs'],
         **{h: hparams[h]

@@ -68,6 +68,11 @@ def test_shared_arguments_are_the_flags_optimizers(shared):
       {'learning_rate': 0.05})
   assert shared['client_lr_schedule'] is None
   assert shared['client_weighting'] == tff.learning.ClientWeighting.UNIFORM
+  # FedADC's and SlowMo's plain SGD rate: the flag's number, not read back
+  # from a built optimizer; none for another client optimizer.
+  assert flag_adapters.plain_sgd_learning_rate(FLAGS) == 0.05
+  assert flag_adapters.plain_sgd_learning_rate(
+      {**FLAGS, 'client_opt': 'sgdm'}) is None
 
 
 def test_staircase_flags_make_the_schedule():
@@ -137,7 +142,8 @@ def test_a_combination_the_builder_refuses_is_a_plain_value_error(shared):
   # SlowMo's beta = 1 passes the flag's bounds; the builder refuses it,
   # and its sentence is reported alone (not a FlagError).
   with pytest.raises(ValueError) as error:
-    registry.build_process('slowmo', tiny.model_fn, **shared, beta=1.0)
+    registry.build_process('slowmo', tiny.model_fn, **shared,
+                           client_learning_rate=0.05, beta=1.0)
   assert not isinstance(error.value, flag_adapters.FlagError)
   assert str(error.value) == 'beta must be in [0, 1), got 1.0.'
 
@@ -227,7 +233,8 @@ def test_fedcurv_takes_the_tasks_client_epochs(client_epochs, want, shared,
 def test_fedadc_takes_client_sgd_learning_rate_and_no_server_optimizer(
     shared, record):
   build = record('build_fed_adc')
-  registry.build_process('fedadc', tiny.model_fn, **shared, beta=0.8,
+  registry.build_process('fedadc', tiny.model_fn, **shared,
+                         client_learning_rate=0.05, beta=0.8,
                          beta_local=None, fedadc_variant='nesterov',
                          local_momentum=0.0)
   [(_, kwargs)] = build.calls
@@ -241,7 +248,8 @@ def test_fedadc_takes_client_sgd_learning_rate_and_no_server_optimizer(
 
 def test_fedadc_plus_turns_distillation_on(shared, record):
   build = record('build_fed_adc')
-  registry.build_process('fedadc_plus', tiny.model_fn, **shared, beta=0.9,
+  registry.build_process('fedadc_plus', tiny.model_fn, **shared,
+                         client_learning_rate=0.05, beta=0.9,
                          fedadc_variant='heavy_ball', local_momentum=0.5,
                          distill_lambda=0.35, distill_temperature=4.0)
   [(_, kwargs)] = build.calls
@@ -253,10 +261,14 @@ def test_fedadc_plus_turns_distillation_on(shared, record):
 
 def test_fedadc_refuses_a_client_optimizer_other_than_sgd(record):
   record('build_fed_adc')
-  shared = flag_adapters.shared_arguments({**FLAGS, 'client_opt': 'sgdm'})
+  flags = {**FLAGS, 'client_opt': 'sgdm'}
+  shared = flag_adapters.shared_arguments(flags)
   with pytest.raises(ValueError, match=r'^--algorithm=fedadc takes its local '
                      r'steps with plain SGD; use --client_opt=sgd\.$'):
-    registry.build_process('fedadc', tiny.model_fn, **shared, beta=0.9,
+    registry.build_process('fedadc', tiny.model_fn, **shared,
+                           client_learning_rate=(
+                               flag_adapters.plain_sgd_learning_rate(flags)),
+                           beta=0.9,
                            fedadc_variant='heavy_ball', local_momentum=0.0)
 
 

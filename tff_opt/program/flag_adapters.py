@@ -207,6 +207,16 @@ def shared_arguments(hparams: Mapping[str, Any]) -> dict[str, Any]:
   }
 
 
+def plain_sgd_learning_rate(hparams: Mapping[str, Any]) -> Optional[float]:
+  """`--client_lr` where `--client_opt=sgd`, else `None`.
+
+  The number FedADC, FedADC+ and SlowMo take their own local steps (plain
+  SGD) with: `registry.build_process`'s `client_learning_rate`.
+  """
+  return (float(hparams['client_lr']) if hparams['client_opt'] == 'sgd'
+          else None)
+
+
 # --- One adapter per algorithm (registry.ALGORITHMS' `build`) -----------------
 #
 # Each takes the task's `model_fn`, the shared arguments (client_optimizer_fn,
@@ -216,21 +226,17 @@ def shared_arguments(hparams: Mapping[str, Any]) -> dict[str, Any]:
 # flag names.
 
 
-def client_learning_rate(client_optimizer_fn: Any, algorithm: str) -> float:
-  """The learning rate of the `--client_opt=sgd` optimizer.
-
-  FedADC, FedADC+ and SlowMo take their local steps with plain SGD at this
-  learning rate.
+def _plain_sgd_rate(client_learning_rate: Optional[float],
+                    algorithm: str) -> float:
+  """The learning rate of the local plain SGD steps of FedADC and SlowMo.
 
   Raises:
-    ValueError: If the optimizer is not plain SGD.
+    ValueError: If there is none (the client optimizer is not plain SGD).
   """
-  hparams = client_optimizer_fn.get_hparams(
-      client_optimizer_fn.initialize(tf.TensorSpec((), tf.float32)))
-  if list(hparams) != [ground.LEARNING_RATE_KEY]:
+  if client_learning_rate is None:
     raise ValueError(f'--algorithm={algorithm} takes its local steps with '
                      'plain SGD; use --client_opt=sgd.')
-  return float(hparams[ground.LEARNING_RATE_KEY])
+  return client_learning_rate
 
 
 def fed_opt(model_fn, **common):
@@ -359,15 +365,16 @@ def scaffold(model_fn, *, num_clients, **common):
                                    **common)
 
 
-def _fed_adc(model_fn, *, algorithm, client_optimizer_fn,
+def _fed_adc(model_fn, *, algorithm, client_learning_rate, client_optimizer_fn,
              server_optimizer_fn, client_weighting, client_lr_schedule, beta,
              beta_local=None, fedadc_variant='heavy_ball',
              local_momentum=None, **distillation):
-  del server_optimizer_fn  # FedADC's server rule is its own (alpha = 1).
+  # FedADC's local step and server rule are its own: plain SGD at
+  # --client_lr with the embedded momentum, alpha = 1.
+  del client_optimizer_fn, server_optimizer_fn
   return algorithms.build_fed_adc(
       model_fn,
-      client_learning_rate=client_learning_rate(client_optimizer_fn,
-                                                algorithm),
+      client_learning_rate=_plain_sgd_rate(client_learning_rate, algorithm),
       beta=beta,
       beta_local=beta_local,
       variant=fedadc_variant,
@@ -393,14 +400,14 @@ def fed_adc_plus(model_fn, *, distill_lambda, distill_temperature, **flags):
                   distill_temperature=distill_temperature, **flags)
 
 
-def slowmo(model_fn, *, client_optimizer_fn, server_optimizer_fn,
-           client_weighting, client_lr_schedule, beta):
+def slowmo(model_fn, *, client_learning_rate, client_optimizer_fn,
+           server_optimizer_fn, client_weighting, client_lr_schedule, beta):
   """`--algorithm=slowmo`: alpha = 1, client SGD's learning rate, `--beta`."""
-  del server_optimizer_fn  # SlowMo's server rule is its own (alpha = 1).
+  # SlowMo's local step (plain SGD) and server rule (alpha = 1) are its own.
+  del client_optimizer_fn, server_optimizer_fn
   return algorithms.build_slowmo(
       model_fn,
-      client_learning_rate=client_learning_rate(client_optimizer_fn,
-                                                'slowmo'),
+      client_learning_rate=_plain_sgd_rate(client_learning_rate, 'slowmo'),
       beta=beta,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule)

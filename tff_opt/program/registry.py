@@ -147,7 +147,9 @@ def flags_not_read_by(name: str) -> tuple[str, ...]:
 
 def build_process(name: str, model_fn: Callable[[], Any], *,
                   client_optimizer_fn, server_optimizer_fn, client_weighting,
-                  client_lr_schedule, fedbn: bool = False,
+                  client_lr_schedule,
+                  client_learning_rate: Optional[float] = None,
+                  fedbn: bool = False,
                   num_clients: Optional[int] = None,
                   client_epochs: Optional[int] = None, **hparams):
   """Builds algorithm `name`, passing it only the hyper-parameters it takes.
@@ -156,7 +158,10 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   layers local to each client) for the bases in `fed_bn.BASES`.
   `num_clients` (the task's training population) and `client_epochs` (the
   local epochs its client datasets hold; `None`: 1) go to the algorithms
-  that take them (`Algorithm.task_facts`).
+  that take them (`Algorithm.task_facts`). `client_learning_rate`, the
+  rate of plain client SGD (`None` for another client optimizer), goes to
+  the algorithms whose local step is their own (`server_rule == 'own'`:
+  FedADC, FedADC+, SlowMo), which take it as a number.
 
   Raises:
     flag_adapters.FlagError: If the adapter refuses one flag's value.
@@ -174,6 +179,9 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
                      ', '.join(f'--{h}' for h in missing) + '.')
   facts = dict(num_clients=num_clients, client_epochs=client_epochs or 1)
   extra = {fact: facts[fact] for fact in algorithm.task_facts}
+  if algorithm.server_rule == 'own':
+    # Its local steps are its own plain SGD steps at this learning rate.
+    extra['client_learning_rate'] = client_learning_rate
   if fedbn:
     if name not in fed_bn.BASES:
       raise ValueError(f'--fedbn: algorithm {name!r} has no FedBN variant; '
