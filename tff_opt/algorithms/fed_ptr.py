@@ -465,6 +465,40 @@ def _guarded_projection(forward, current, images, labels, lr,
   return [tf.where(finite, p, c) for p, c in zip(projected, current)], finite
 
 
+def _timed_match_and_project(forward, previous, current, labels, *, start,
+                             stored, run_mtt, has_previous, projection_steps,
+                             **distill_settings):
+  """One FedPTR step on either side: MTT when due, then the projection.
+
+  When `run_mtt`, MTT (`_guarded_distill`) runs from `start()`'s (D_syn,
+  alpha_syn); otherwise the `stored` pair is kept. w_t is then projected on
+  the resulting set (`_guarded_projection`).
+
+  Returns:
+    `(images, lr, matching loss, rejected, projected, projection finite,
+    seconds)`, `seconds` the wall time of the MTT run and the projection.
+  """
+  def matched():
+    images, lr = start()
+    images, lr, loss, rejected = _guarded_distill(
+        forward, previous, current, images, labels, lr, **distill_settings)
+    return images, tf.cast(lr, tf.float32), loss, rejected
+
+  def kept():
+    return (tf.identity(stored[0]), tf.identity(stored[1]),
+            tf.constant(0.0), tf.constant(0))
+
+  start_time = tf.timestamp()
+  with tf.control_dependencies([start_time]):
+    images, lr, loss, rejected = tf.cond(run_mtt, matched, kept)
+    projected, finite = _guarded_projection(
+        forward, current, images, labels, lr, projection_steps,
+        has_previous)
+  with tf.control_dependencies([loss, lr] + list(projected)):
+    seconds = tf.timestamp() - start_time
+  return images, lr, loss, rejected, projected, finite, seconds
+
+
 def _server_projection(model_fn, weights_type, *, images_per_class,
                        mtt_outer_steps, mtt_inner_steps, projection_steps,
                        update_every, mtt_init_lr, mtt_image_lr, mtt_lr_lr,
@@ -507,26 +541,14 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
       due = tf.equal(tf.math.floormod(rounds, update_every), 0)
     run_mtt = tf.logical_and(has_previous, due)
 
-    def matched():
-      return _guarded_distill(
-          forward, previous, current, state[IMAGES_KEY], labels,
-          state[SYNTHETIC_LR_KEY], outer_steps=mtt_outer_steps,
-          inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
-          lr_lr=mtt_lr_lr, momentum=mtt_momentum)
-
-    def kept():
-      return (tf.identity(state[IMAGES_KEY]),
-              tf.identity(state[SYNTHETIC_LR_KEY]), tf.constant(0.0),
-              tf.constant(0))
-
-    start_time = tf.timestamp()
-    with tf.control_dependencies([start_time]):
-      images, lr, loss, rejected = tf.cond(run_mtt, matched, kept)
-      projected, projection_finite = _guarded_projection(
-          forward, current, images, labels, lr, projection_steps,
-          has_previous)
-    with tf.control_dependencies([loss, lr] + list(projected)):
-      seconds = tf.timestamp() - start_time
+    stored = (state[IMAGES_KEY], state[SYNTHETIC_LR_KEY])
+    (images, lr, loss, rejected, projected, projection_finite,
+     seconds) = _timed_match_and_project(
+         forward, previous, current, labels, start=lambda: stored,
+         stored=stored, run_mtt=run_mtt, has_previous=has_previous,
+         projection_steps=projection_steps, outer_steps=mtt_outer_steps,
+         inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
+         lr_lr=mtt_lr_lr, momentum=mtt_momentum)
     # Figure 2: cos(w_{t-1} - w~_t, w_{t-1} - w_t).
     auxiliary = [p - q for p, q in zip(previous,
                                        state[PREVIOUS_PROJECTED_KEY])]
@@ -696,27 +718,14 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
 
       return tf.cond(count > 0, stored, fresh)
 
-    def matched():
-      images, lr = start()
-      images, lr, loss, rejected = _guarded_distill(
-          forward, previous, current, images, labels, lr,
-          outer_steps=mtt_outer_steps, inner_steps=mtt_inner_steps,
-          image_lr=mtt_image_lr, lr_lr=mtt_lr_lr, momentum=mtt_momentum)
-      return images, tf.cast(lr, tf.float32), loss, rejected
-
-    def kept():
-      return (tf.identity(state[IMAGES_KEY]),
-              tf.identity(state[SYNTHETIC_LR_KEY]), tf.constant(0.0),
-              tf.constant(0))
-
-    start_time = tf.timestamp()
-    with tf.control_dependencies([start_time]):
-      images, lr, loss, rejected = tf.cond(run_mtt, matched, kept)
-      projected, finite = _guarded_projection(
-          forward, current, images, labels, lr, projection_steps,
-          has_previous)
-    with tf.control_dependencies([loss, lr] + projected):
-      seconds = tf.timestamp() - start_time
+    images, lr, loss, rejected, projected, finite, seconds = (
+        _timed_match_and_project(
+            forward, previous, current, labels, start=start,
+            stored=(state[IMAGES_KEY], state[SYNTHETIC_LR_KEY]),
+            run_mtt=run_mtt, has_previous=has_previous,
+            projection_steps=projection_steps, outer_steps=mtt_outer_steps,
+            inner_steps=mtt_inner_steps, image_lr=mtt_image_lr,
+            lr_lr=mtt_lr_lr, momentum=mtt_momentum))
     next_state = collections.OrderedDict([
         (IMAGES_KEY, images),
         (SYNTHETIC_LR_KEY, lr),
