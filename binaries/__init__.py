@@ -4,10 +4,12 @@ Importing this package first imports TensorFlow with its start-up noise
 filtered: TF 2.14's CPU wheel prints "Unable to register cuDNN/cuFFT/cuBLAS
 factory", "Could not find cuda drivers" and "Could not find TensorRT" from
 C++ at import, on every start of every binary, although nothing is wrong.
-While `tensorflow` is imported, file descriptor 2 goes to a pipe; the lines
-matching `_NOISE` are dropped and every other line is written back to
-stderr, in order. Nothing is hidden afterwards: later C++ errors and every
-Python error print as usual. `TFF_OPT_SHOW_TF_NOISE=1` turns the filter off.
+While `tensorflow` is imported, file descriptor 2 goes through
+`tff_opt.program.stderr_filter` (standard library only): the lines matching
+its `NOISE` are dropped and every other line is written back to stderr, in
+order. Afterwards only TFF's compilation of a computation is filtered so
+(`tff_opt.program.runtime`); later C++ errors and every Python error print
+as usual. `TFF_OPT_SHOW_TF_NOISE=1` turns the filter off.
 
 A binary started with SIGINT ignored (a shell's background job, `cmd &`,
 and every run such a sweep or claims process launches) gets Python's
@@ -28,18 +30,11 @@ stays on for everything made afterwards.
 
 import gc
 import os
-import re
 import signal
 import sys
 import threading
 
-_NOISE = re.compile(
-    r'(Unable to register (cuDNN|cuFFT|cuBLAS) factory'
-    r'|Could not find cuda drivers on your machine'
-    r'|TF-TRT Warning: Could not find TensorRT'
-    r'|This TensorFlow binary is optimized to use available CPU instructions'
-    r'|^To enable the following instructions: .*rebuild TensorFlow)')
-
+from tff_opt.program import stderr_filter
 
 # Set before TensorFlow is first imported (TFF's worker inherits them):
 # C++ INFO/WARNING lines off; TensorFlow's oneDNN kernels unless the
@@ -51,36 +46,8 @@ os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 def _import_tensorflow_quietly() -> None:
   if 'tensorflow' in sys.modules:
     return
-  if os.environ.get('TFF_OPT_SHOW_TF_NOISE') == '1':
+  with stderr_filter.filtered():
     _import_tensorflow()
-    return
-  try:
-    sys.stderr.flush()
-    saved = os.dup(2)
-  except (OSError, ValueError, AttributeError):
-    _import_tensorflow()  # No real stderr (embedded): nothing to filter.
-    return
-  read_end, write_end = os.pipe()
-  kept = []
-
-  def drain():
-    with os.fdopen(read_end, 'rb') as pipe:
-      for line in pipe:
-        if not _NOISE.search(line.decode('utf-8', 'replace')):
-          kept.append(line)
-
-  reader = threading.Thread(target=drain, daemon=True)
-  reader.start()
-  os.dup2(write_end, 2)
-  os.close(write_end)
-  try:
-    _import_tensorflow()
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)
-    reader.join(timeout=5)
-    for line in kept:
-      os.write(2, line)
 
 
 def _import_tensorflow() -> None:

@@ -75,6 +75,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.executors import remote_executor_stub
 
+from tff_opt.program import stderr_filter
 from tff_opt.program import worker_env
 
 _WORKER_NAME = 'worker_binary'
@@ -338,6 +339,17 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
                          _LocalWorker(max_concurrent_clients, env).stub)
 
 
+def _native_form(computation):
+  """TFF's compilation for its C++ runtime, TensorFlow's noise filtered.
+
+  TFF runs Grappler on every TensorFlow graph here, in this process, and
+  its function optimiser logs an error that reports nothing wrong for
+  FedCurv's and FedPTR's graphs (`stderr_filter`).
+  """
+  with stderr_filter.filtered():
+    return native_compiler.desugar_and_transform_to_native(computation)
+
+
 def _worker_context(context_class, stub_fn):
   """A TFF context of `context_class` running everything on one worker.
 
@@ -357,7 +369,7 @@ def _worker_context(context_class, stub_fn):
   return context_class(
       executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
           executor_stack_fn=executor_fn),
-      compiler_fn=native_compiler.desugar_and_transform_to_native,
+      compiler_fn=_native_form,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result,
   )
