@@ -171,14 +171,8 @@ def fed_adc_recipe(
     else:
       distributor = tff.learning.templates.build_broadcast_process(
           weights_type)
-    return recipe_lib.Recipe(
-        work_broadcast_type=(
-            distributor.next.type_signature.result.result.member),
-        distributor_fn=lambda _: distributor,
-        aggregator_fn=(model_aggregator or
-                       tff.aggregators.MeanFactory()).create,
-        finalizer_fn=lambda _: finalizer,
-        objective=objective)
+    return recipe_lib.from_built_parts(distributor, finalizer, objective,
+                                       model_aggregator=model_aggregator)
 
   return recipe_fn
 

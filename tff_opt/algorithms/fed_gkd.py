@@ -259,14 +259,8 @@ def fed_gkd_recipe(
     distributor = distributors.with_finalizer_state(
         weights_type, finalizer.initialize.type_signature.result.member,
         history_extras(buffer_size))
-    return recipe_lib.Recipe(
-        work_broadcast_type=(
-            distributor.next.type_signature.result.result.member),
-        distributor_fn=lambda _: distributor,
-        aggregator_fn=(model_aggregator or
-                       tff.aggregators.MeanFactory()).create,
-        finalizer_fn=lambda _: finalizer,
-        objective=objective)
+    return recipe_lib.from_built_parts(distributor, finalizer, objective,
+                                       model_aggregator=model_aggregator)
 
   return recipe_fn
 

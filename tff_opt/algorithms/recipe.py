@@ -120,6 +120,23 @@ class Recipe:
 RecipeFn = Callable[[tff.Type], Recipe]
 
 
+def from_built_parts(distributor, finalizer, objective, *,
+                     model_aggregator=None) -> Recipe:
+  """A recipe whose distributor and finalizer are built already.
+
+  For an algorithm whose server side does not depend on the types
+  `assemble` passes (FedADC's momentum, FedGKD's buffer of models): the
+  client work receives the distributor's broadcast, and the deltas are
+  averaged by `model_aggregator` (TFF's `MeanFactory` by default).
+  """
+  return Recipe(
+      work_broadcast_type=distributor.next.type_signature.result.result.member,
+      distributor_fn=lambda _: distributor,
+      aggregator_fn=(model_aggregator or tff.aggregators.MeanFactory()).create,
+      finalizer_fn=lambda _: finalizer,
+      objective=objective)
+
+
 @dataclasses.dataclass(frozen=True)
 class Assembly:
   """What `assemble` built a process from: its arguments.
