@@ -11,9 +11,12 @@ of the task its builder takes. Everything else reads that declaration:
 - `binaries.train`'s flags (`define_flag`, with the declared default,
   bounds and help);
 - the registry's entry (`tff_opt.program.registry`: which flags an
-  algorithm reads, which it needs, its default weighting and server rule);
-- `HParam.check`, the bounds as the library checks them for a value that
-  did not come through a flag (a sweep's, a notebook's).
+  algorithm reads, which it needs, its default weighting and server rule).
+
+`HParam.check` tests a value against the declared bounds; a declaration's
+own default is checked when it is made. Values that reach a builder
+without a flag are checked by the builder itself (`tff_opt.checks`), with
+the library's messages.
 
 Two hyper-parameters are shared by several algorithms and declared here:
 `--beta` (FedADC's and SlowMo's global momentum) and `--mu` (FedProx's

@@ -38,7 +38,6 @@ from collections.abc import Callable, Mapping
 import functools
 from typing import Any, Optional
 
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import algorithms
@@ -49,7 +48,6 @@ from tff_opt.algorithms import fed_gkd as fed_gkd_lib
 from tff_opt.algorithms import fed_ntd as fed_ntd_lib
 from tff_opt.algorithms import fed_rs as fed_rs_lib
 from tff_opt.algorithms import moon as moon_lib
-from tff_opt.round import ground
 from tff_opt.round import optimizers
 from tff_opt.round import schedules
 

@@ -335,7 +335,6 @@ class ClientWorkState(NamedTuple):
   round's schedule.
   """
   init_fn: tff.Computation
-  state_type: tff.Type
   hparams_type: tff.Type
   round_hparams: tff.Computation  # state -> the round's optimizer hparams.
   learning_rate_of: tff.Computation  # hparams -> their learning rate.
@@ -405,7 +404,7 @@ def client_work_state(
   def set_hparams_fn(state, hparams):
     return with_hparams(hparams, state[ground.ROUND_NUM_KEY])
 
-  return ClientWorkState(init_fn, state_type, hparams_type, round_hparams,
+  return ClientWorkState(init_fn, hparams_type, round_hparams,
                          learning_rate_of, advance, get_hparams_fn,
                          set_hparams_fn)
 
