@@ -105,7 +105,8 @@ def _objective(variant):
 
 
 def _broadcast(variant, weights, rng):
-  """What the variant's distributor would send (w_t plus its extras)."""
+  """What the variant's distributor would send: w_t, or its broadcast
+  NamedTuple (`ground.TwoModels`, `momentum.Broadcast`)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_opt.round import ground  # pylint: disable=g-import-not-at-top
   from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
@@ -124,12 +125,9 @@ def _broadcast(variant, weights, rng):
     previous = tff.learning.models.ModelWeights(
         trainable=near(weights.trainable, 1e-3),
         non_trainable=[tf.constant(a) for a in weights.non_trainable])
-    return {'model_weights': model,
-            ground.PREVIOUS_MODEL_KEY: previous,
-            ground.HAS_PREVIOUS_KEY: tf.constant(True)}
-  return {'model_weights': model,
-          momentum.MOMENTUM_KEY: near([0 * a for a in weights.trainable],
-                                      1e-2)}
+    return ground.TwoModels(model, previous, tf.constant(True))
+  return momentum.Broadcast(
+      model, near([0 * a for a in weights.trainable], 1e-2))
 
 
 def main(argv=None):

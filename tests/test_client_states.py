@@ -11,10 +11,13 @@ import collections
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt import tff_types
 from tff_opt.round import client_states
 from tff_opt.round import ground
+from tff_opt.round import momentum
 
 
 def test_pack_unpack_round_trip():
@@ -65,13 +68,19 @@ def test_each_new_client_gets_its_own_copy_of_the_initial_state():
                                 [0.0, 0.0])
 
 
-def test_client_broadcast_type_appends_the_client_state():
-  broadcast_type = tff.types.to_type(collections.OrderedDict(
-      model_weights=(np.float32, [3]), momentum=(np.float32, [3])))
+def test_client_broadcast_type_pairs_the_broadcast_with_the_client_state():
+  weights_type = tff.types.tensorflow_to_type(
+      tff.learning.models.ModelWeights(
+          trainable=[tf.TensorSpec((3,), tf.float32)], non_trainable=[]))
+  broadcast_type = tff_types.named_tuple_type(
+      momentum.Broadcast, weights_type, tff.types.to_type([(np.float32, [3])]))
   state_type = tff.types.to_type(collections.OrderedDict(
       initialized=np.bool_))
   merged = client_states.client_broadcast_type(broadcast_type, state_type)
+  assert isinstance(merged, tff.StructWithPythonType)
+  assert merged.python_container is ground.ClientInput
   assert [name for name, _ in tff.structure.iter_elements(merged)] == [
-      'model_weights', 'momentum', ground.CLIENT_STATE_KEY]
-  assert merged[ground.CLIENT_STATE_KEY] == state_type
-  assert merged['momentum'] == broadcast_type['momentum']
+      'broadcast', 'client_state']
+  assert merged.client_state == state_type
+  assert merged.broadcast == broadcast_type
+  assert merged.broadcast.momentum == broadcast_type.momentum

@@ -12,6 +12,7 @@ local steps in NumPy.
 import collections
 import dataclasses
 import functools
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -107,6 +108,12 @@ def test_count_steps_gives_hooks_the_number_of_batches():
     np.testing.assert_allclose(got, a - f, rtol=1e-5, atol=1e-6)
 
 
+class Anchored(NamedTuple):
+  """What the pre-pass below hands the loop: w_t and the penalty's anchor."""
+  model_weights: Any
+  anchor: Any
+
+
 def test_passes_before_and_after_local_training():
   start = tiny.initial_weights()
   shift = np.float32(0.25)
@@ -114,16 +121,14 @@ def test_passes_before_and_after_local_training():
   def prepare_fn(broadcast, dataset):
     # The pre-pass adds an anchor for the penalty and reports a diagnostic.
     count = dataset.reduce(tf.constant(0.0), lambda n, _: n + 1.0)
-    extended = collections.OrderedDict([
-        (ground.MODEL_WEIGHTS_KEY, broadcast),
-        ('anchor', [t + shift for t in broadcast.trainable]),
-    ])
+    extended = Anchored(broadcast,
+                        [t + shift for t in broadcast.trainable])
     return extended, collections.OrderedDict(batches=count)
 
   def penalty(weights, broadcast, *, learning_rate):
     del learning_rate
     return MU * tf.add_n([tf.nn.l2_loss(w - a)
-                          for w, a in zip(weights, broadcast['anchor'])])
+                          for w, a in zip(weights, broadcast.anchor)])
 
   def report_fn(model, dataset, broadcast, *, delta, num_steps,
                 learning_rate, num_examples):
@@ -246,9 +251,8 @@ def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
   start = tiny.initial_weights()
   previous = [a + np.float32(0.05 * RNG.standard_normal(a.shape))
               for a in start]
-  broadcast = {'model_weights': _model(start),
-               ground.PREVIOUS_MODEL_KEY: _model(previous),
-               ground.HAS_PREVIOUS_KEY: tf.constant(True)}
+  broadcast = ground.TwoModels(_model(start), _model(previous),
+                               tf.constant(True))
   hooked = _client_delta(penalties.first_order_positive_hook(0.5), broadcast)
   # Eq. 7's gradient: (alpha/eta) d_i where d_i (w_i - w_t,i) > 0, else 0.
   d = [p - c for p, c in zip(previous, start)]
@@ -264,8 +268,8 @@ def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
 def test_client_loop_with_fed_adc_hooks_matches_numpy_nesterov():
   start = tiny.initial_weights()
   m = [np.float32(RNG.standard_normal(a.shape)) for a in start]
-  broadcast = {'model_weights': _model(start),
-               momentum.MOMENTUM_KEY: [tf.constant(a) for a in m]}
+  broadcast = momentum.Broadcast(_model(start),
+                                 [tf.constant(a) for a in m])
   hooked = _client_delta(momentum.embedded_momentum_hook(0.9), broadcast,
                          look_ahead=momentum.nesterov_look_ahead_hook(0.9),
                          count_steps=True)

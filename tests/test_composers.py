@@ -6,6 +6,8 @@ lam * <w, m_t>), a heavy-ball step like FedADC's. The process must equal a
 NumPy implementation of exactly that.
 """
 
+from typing import Any, NamedTuple
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,11 +24,16 @@ SERVER_MOMENTUM = 0.5
 LOCAL_STEPS = 2
 
 
+class _MomentumBroadcast(NamedTuple):
+  model_weights: Any
+  server_momentum: Any
+
+
 def _momentum_penalty(weights, broadcast, *, learning_rate):
   del learning_rate
   return LAM * tf.add_n([
       tf.reduce_sum(w * m)
-      for w, m in zip(weights, broadcast['server_momentum'])
+      for w, m in zip(weights, broadcast.server_momentum)
   ])
 
 
@@ -44,7 +51,7 @@ def process():
   distributor = distributors.with_finalizer_state(
       weights_type,
       finalizer.initialize.type_signature.result.member,
-      lambda state: {'server_momentum': state['accumulator']})
+      lambda weights, state: _MomentumBroadcast(weights, state['accumulator']))
   client_work = client_work_lib.build_local_training(
       tiny.model_fn,
       tff.learning.optimizers.build_sgdm(CLIENT_LR),

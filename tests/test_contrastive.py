@@ -1,6 +1,6 @@
 """MOON's model-contrastive loss, its model contract and its loss hook."""
 
-import collections
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -186,6 +186,12 @@ def test_a_projection_layer_called_twice_is_refused():
     contrastive.projection_model(model)
 
 
+class _WithPrevious(NamedTuple):
+  """A broadcast as MOON's hook receives one: w_t and the previous model."""
+  model_weights: Any
+  previous: Any
+
+
 @pytest.mark.filterwarnings(
     'ignore:Batch Normalization contains non-trainable')
 @pytest.mark.parametrize('batch_norm', [False, True], ids=['plain', 'bn'])
@@ -193,7 +199,7 @@ def test_the_loss_hook_adds_mu_times_the_numpy_loss(batch_norm):
   mu, temperature = 2.0, 0.5
   model_fn = lambda: projection_model_fn(batch_norm)
   loss_fn = contrastive.moon_loss(
-      mu, temperature, lambda broadcast: broadcast['previous'])(model_fn)
+      mu, temperature, lambda broadcast: broadcast.previous)(model_fn)
   model = model_fn()
   local, global_, previous = (_weights(s, batch_norm) for s in (1, 2, 3))
   for variable, value in zip(model.trainable_variables, local):
@@ -201,7 +207,7 @@ def test_the_loss_hook_adds_mu_times_the_numpy_loss(batch_norm):
   x, y = tiny.make_clients(1, seed=4, sizes=(7,))[0]
   non_trainable = [np.full(v.shape, 0.3, np.float32)
                    for v in model.non_trainable_variables]
-  broadcast = collections.OrderedDict(
+  broadcast = _WithPrevious(
       model_weights=tff.learning.models.ModelWeights(
           trainable=global_, non_trainable=non_trainable),
       previous=previous)

@@ -28,15 +28,15 @@ G_SERVER = [np.array([[0.5, -1.0, 1.0], [1.5, 2.5, -2.0]], np.float32),
 
 
 def _broadcast():
-  return collections.OrderedDict([
-      ('model_weights', tff.learning.models.ModelWeights(
-          trainable=[tf.constant(t) for t in W], non_trainable=[])),
-      (penalties.GLOBAL_UPDATE_KEY, [tf.constant(t) for t in G_SERVER]),
-      (ground.CLIENT_STATE_KEY, collections.OrderedDict([
+  return ground.ClientInput(
+      broadcast=penalties.GlobalUpdate(
+          model_weights=tff.learning.models.ModelWeights(
+              trainable=[tf.constant(t) for t in W], non_trainable=[]),
+          global_update=[tf.constant(t) for t in G_SERVER]),
+      client_state=collections.OrderedDict([
           (penalties.DRIFT_KEY, [tf.constant(t) for t in H]),
           (penalties.LOCAL_UPDATE_KEY, [tf.constant(t) for t in G_OWN]),
-      ])),
-  ])
+      ]))
 
 
 def _numpy(num_steps):
@@ -81,9 +81,9 @@ def test_constants_once_per_client():
 
 def test_zero_drift_and_equal_updates_is_the_proximal_term():
   broadcast = _broadcast()
-  state = broadcast[ground.CLIENT_STATE_KEY]
+  state = broadcast.client_state
   state[penalties.DRIFT_KEY] = [tf.zeros_like(t) for t in H]
-  state[penalties.LOCAL_UPDATE_KEY] = broadcast[penalties.GLOBAL_UPDATE_KEY]
+  state[penalties.LOCAL_UPDATE_KEY] = broadcast.broadcast.global_update
   weights = [tf.constant(t) for t in THETA]
   got = penalties.local_drift_hook(ALPHA)(
       weights, broadcast, learning_rate=ETA, num_steps=K)

@@ -183,27 +183,31 @@ def test_finalizer_pushes_accepted_rounds_only():
   np.testing.assert_array_equal(rejected.result.trainable[0], 0.5)
 
 
-def test_history_extras_sum_the_filled_slots():
-  extras_fn = fed_gkd.history_extras(4)  # Three slots.
+def test_history_broadcast_sums_the_filled_slots():
+  broadcast_fn = fed_gkd.history_broadcast(4)  # Three slots.
   history = [np.arange(3 * 2, dtype=np.float32).reshape(3, 2),
              np.array([1., 10., 100.], np.float32)]
+  weights = tff.learning.models.ModelWeights(
+      [tf.constant([0.5, -0.5]), tf.constant(7.)], [])
 
   def state(pushed):
     return {finalizers.EXTRAS_KEY: collections.OrderedDict([
         (fed_gkd.HISTORY_KEY, [tf.constant(h) for h in history]),
         (fed_gkd.PUSHED_KEY, tf.constant(pushed, tf.int32))])}
 
-  got = extras_fn(state(2))  # Slots 0 and 1 filled.
-  np.testing.assert_array_equal(got[losses.GKD_HISTORY_SUM_KEY][0], [2., 4.])
-  np.testing.assert_array_equal(got[losses.GKD_HISTORY_SUM_KEY][1], 11.)
-  assert float(got[losses.GKD_HISTORY_COUNT_KEY]) == 2.0
-  got = extras_fn(state(7))  # The ring is full.
-  np.testing.assert_array_equal(got[losses.GKD_HISTORY_SUM_KEY][0], [6., 9.])
-  np.testing.assert_array_equal(got[losses.GKD_HISTORY_SUM_KEY][1], 111.)
-  assert float(got[losses.GKD_HISTORY_COUNT_KEY]) == 3.0
-  got = extras_fn(state(0))
-  np.testing.assert_array_equal(got[losses.GKD_HISTORY_SUM_KEY][1], 0.)
-  assert float(got[losses.GKD_HISTORY_COUNT_KEY]) == 0.0
+  got = broadcast_fn(weights, state(2))  # Slots 0 and 1 filled.
+  assert isinstance(got, losses.ModelHistory)
+  assert got.model_weights is weights
+  np.testing.assert_array_equal(got.history_sum[0], [2., 4.])
+  np.testing.assert_array_equal(got.history_sum[1], 11.)
+  assert float(got.history_count) == 2.0
+  got = broadcast_fn(weights, state(7))  # The ring is full.
+  np.testing.assert_array_equal(got.history_sum[0], [6., 9.])
+  np.testing.assert_array_equal(got.history_sum[1], 111.)
+  assert float(got.history_count) == 3.0
+  got = broadcast_fn(weights, state(0))
+  np.testing.assert_array_equal(got.history_sum[1], 0.)
+  assert float(got.history_count) == 0.0
 
 
 def test_defaults():

@@ -80,16 +80,24 @@ def test_layer_adaptive_mu_on_two_layers():
   np.testing.assert_allclose([float(m) for m in mus], [0.02, 0.1 / 15],
                              rtol=1e-6)
   weights = [tf.Variable([2.0, 2.0]), tf.Variable([1.0, 1.0, 1.0])]
-  broadcast = {
-      'model_weights': tff.learning.models.ModelWeights(current, []),
-      'projected_model_weights': projected,
-  }
+  broadcast = fed_ptr.Projected(
+      model_weights=tff.learning.models.ModelWeights(current, []),
+      projected_model_weights=projected)
   with tf.GradientTape() as tape:
     value = fed_ptr.projected_proximal(weights, broadcast, learning_rate=0.5,
                                        mu=0.1, layer_adaptive=True,
                                        layer_groups=(0, 1))
   # 0.02/2 * (4 + 9) + (0.1/15)/2 * (1 + 64 + 121).
   assert float(value) == pytest.approx(0.01 * 13 + 0.05 / 15 * 186, rel=1e-6)
+  # Client-side FedPTR's input (`ClientProjected`) gives the same penalty.
+  client_side = fed_ptr.ClientProjected(
+      model_weights=broadcast.model_weights,
+      previous_model_weights=tff.learning.models.ModelWeights(projected, []),
+      has_previous=tf.constant(True), projected_model_weights=projected,
+      next_client_state=())
+  assert float(fed_ptr.projected_proximal(
+      weights, client_side, learning_rate=0.5, mu=0.1, layer_adaptive=True,
+      layer_groups=(0, 1))) == pytest.approx(float(value), rel=1e-6)
   grads = tape.gradient(value, weights)
   np.testing.assert_allclose(grads[0], [0.02 * -2.0, 0.02 * -3.0], rtol=1e-6)
   np.testing.assert_allclose(grads[1], np.float32([1.0, -8.0, -11.0]) * 0.1 /
@@ -139,10 +147,9 @@ def test_layer_adaptive_mu_is_capped_at_one_over_the_learning_rate():
                               max_mu=1.0 / eta)
   assert [float(m) for m in constant] == pytest.approx([100.0, 100.0])
   weights = [tf.Variable([0.0, 0.0]), tf.Variable([1.0, 1.0])]
-  broadcast = {
-      'model_weights': tff.learning.models.ModelWeights(current, []),
-      'projected_model_weights': projected,
-  }
+  broadcast = fed_ptr.Projected(
+      model_weights=tff.learning.models.ModelWeights(current, []),
+      projected_model_weights=projected)
   with tf.GradientTape() as tape:
     value = fed_ptr.projected_proximal(weights, broadcast, learning_rate=eta,
                                        mu=0.1, layer_adaptive=True,
@@ -193,10 +200,9 @@ def test_layer_adaptive_mu_per_keras_layer_matches_numpy():
   projected = [p.astype(np.float32) for block in blocks for _, p, _ in block]
   local = [tf.Variable(w.astype(np.float32)) for block in blocks
            for _, _, w in block]
-  broadcast = {
-      'model_weights': tff.learning.models.ModelWeights(current, []),
-      'projected_model_weights': projected,
-  }
+  broadcast = fed_ptr.Projected(
+      model_weights=tff.learning.models.ModelWeights(current, []),
+      projected_model_weights=projected)
 
   def penalty(groups):
     with tf.GradientTape() as tape:

@@ -19,6 +19,7 @@ from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_ptr
 from tff_opt.round import client_states
+from tff_opt.round import ground
 from tff_opt.round import mtt
 
 MU = 0.3
@@ -422,7 +423,7 @@ def test_a_client_whose_update_was_zeroed_keeps_its_state():
         ('matching_rounds', tf.constant(5.0) * valid),
         ('valid', tf.constant(valid)),
     ])}
-  merged = {'client_state': old}
+  merged = ground.ClientInput(broadcast=None, client_state=old)
   update_fn = fed_ptr._client_state_update  # pylint: disable=protected-access
   kept = update_fn(merged, next_state(0.0))
   updated = update_fn(merged, next_state(1.0))

@@ -11,6 +11,7 @@ rule in `test_layout.py`.
 import collections
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -28,7 +29,6 @@ def test_the_keys_are_the_strings_rounds_have_always_used():
               'MODEL_WEIGHTS_KEY': 'model_weights',
               'PREVIOUS_MODEL_KEY': 'previous_model_weights',
               'HAS_PREVIOUS_KEY': 'has_previous',
-              'CLIENT_STATE_KEY': 'client_state',
               'INITIALIZED_KEY': 'initialized',
               'DELTA_KEY': 'delta',
               'UPDATE_KEY': 'update',
@@ -39,13 +39,27 @@ def test_the_keys_are_the_strings_rounds_have_always_used():
           }
 
 
-def test_model_weights_of_a_bare_model_and_of_a_mapping():
+def test_model_weights_of_a_model_a_broadcast_and_a_client_input():
   weights = tff.learning.models.ModelWeights(
       trainable=[np.float32(1.0)], non_trainable=[])
+  previous = tff.learning.models.ModelWeights(
+      trainable=[np.float32(0.5)], non_trainable=[])
   assert ground.model_weights_of(weights) is weights
-  broadcast = collections.OrderedDict(
-      [(ground.MODEL_WEIGHTS_KEY, weights), ('extra', np.float32(2.0))])
+  broadcast = ground.TwoModels(weights, previous, np.bool_(True))
   assert ground.model_weights_of(broadcast) is weights
+  state = collections.OrderedDict([(ground.INITIALIZED_KEY, np.bool_(False))])
+  client_input = ground.ClientInput(broadcast, state)
+  assert ground.model_weights_of(client_input) is weights
+  # FedDyn's and MOON's clients get the bare model with their state.
+  assert ground.model_weights_of(ground.ClientInput(weights, state)) is weights
+
+
+def test_model_weights_of_no_longer_reads_a_mapping():
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.float32(1.0)], non_trainable=[])
+  with pytest.raises(AttributeError):
+    ground.model_weights_of(
+        collections.OrderedDict([(ground.MODEL_WEIGHTS_KEY, weights)]))
 
 
 def test_features_and_labels_of_a_mapping_and_of_a_tuple():
@@ -79,3 +93,18 @@ def test_server_state_is_the_named_pair_a_distributor_reads():
   state = ground.ServerState(model_weights='w', finalizer_state='f')
   assert ground.ServerState._fields == ('model_weights', 'finalizer_state')
   assert (state.model_weights, state.finalizer_state) == ('w', 'f')
+
+
+def test_the_broadcast_tuples_lead_with_the_model():
+  assert ground.TwoModels._fields == (
+      ground.MODEL_WEIGHTS_KEY, ground.PREVIOUS_MODEL_KEY,
+      ground.HAS_PREVIOUS_KEY)
+  assert ground.ClientInput._fields == ('broadcast', 'client_state')
+
+
+def test_check_client_weighting_names_the_argument_and_the_value():
+  ground.check_client_weighting(tff.learning.ClientWeighting.UNIFORM)
+  with pytest.raises(TypeError, match=(
+      r"^client_weighting must be a tff.learning.ClientWeighting, got "
+      r"'uniform'\.$")):
+    ground.check_client_weighting('uniform')

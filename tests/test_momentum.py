@@ -26,7 +26,7 @@ def _arrays(scale=1.0):
 
 def test_fed_adc_constants_match_numpy():
   m = _arrays()
-  broadcast = {'model_weights': None, momentum.MOMENTUM_KEY: m}
+  broadcast = momentum.Broadcast(model_weights=None, momentum=m)
   m_bar = momentum.embedded_momentum(broadcast, learning_rate=0.2,
                                      num_steps=tf.constant(4), beta_local=0.9)
   offsets = momentum.nesterov_look_ahead_hook(0.9)(
@@ -41,6 +41,16 @@ def test_fed_adc_constants_match_numpy():
         weights, broadcast, learning_rate=0.2, num_steps=tf.constant(4))
   for g, a in zip(tape.gradient(value, weights), m):
     np.testing.assert_allclose(g, 0.9 * a / 4, rtol=1e-6)
+
+
+def test_momentum_broadcast_is_the_model_and_the_finalizers_momentum():
+  weights = tff.learning.models.ModelWeights(_arrays(), [])
+  m = _arrays()
+  sent = momentum.momentum_broadcast(
+      weights, {momentum.MOMENTUM_KEY: m, ground.ROUND_NUM_KEY: 3})
+  assert isinstance(sent, momentum.Broadcast)
+  assert sent._fields == ('model_weights', 'momentum')
+  assert sent.model_weights is weights and sent.momentum is m
 
 
 # --- Algorithm 4's local momentum ---------------------------------------------

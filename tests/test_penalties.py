@@ -58,12 +58,10 @@ def test_proximal_penalty_gradient_is_mu_times_distance():
 
 
 def _fed_for_broadcast(current, previous, has_previous=True):
-  return {
-      'model_weights': tff.learning.models.ModelWeights(current, []),
-      ground.PREVIOUS_MODEL_KEY: tff.learning.models.ModelWeights(
-          previous, []),
-      ground.HAS_PREVIOUS_KEY: tf.constant(has_previous),
-  }
+  return ground.TwoModels(
+      model_weights=tff.learning.models.ModelWeights(current, []),
+      previous_model_weights=tff.learning.models.ModelWeights(previous, []),
+      has_previous=tf.constant(has_previous))
 
 
 def test_fed_for_constants_are_the_old_per_step_expressions():
@@ -103,11 +101,10 @@ def test_fed_for_penalty_value_and_gradient_closed_form():
   current = [np.float32([1.0, 1.0, 1.0, 1.0])]
   previous = [np.float32([2.0, 0.0, 2.0, 1.0])]  # d = [1, -1, 1, 0]
   weights = [tf.Variable([1.5, 1.5, 0.5, 3.0])]  # w - w_t = [.5, .5, -.5, 2]
-  broadcast = {
-      'model_weights': tff.learning.models.ModelWeights(current, []),
-      'previous_model_weights': tff.learning.models.ModelWeights(previous, []),
-      'has_previous': tf.constant(True),
-  }
+  broadcast = ground.TwoModels(
+      model_weights=tff.learning.models.ModelWeights(current, []),
+      previous_model_weights=tff.learning.models.ModelWeights(previous, []),
+      has_previous=tf.constant(True))
   with tf.GradientTape() as tape:
     value = penalties.first_order_positive_hook(2.0)(weights, broadcast,
                                                      learning_rate=0.5)
@@ -115,7 +112,7 @@ def test_fed_for_penalty_value_and_gradient_closed_form():
   assert float(value) == pytest.approx(2.0)
   np.testing.assert_allclose(tape.gradient(value, weights)[0],
                              [4.0, 0.0, 0.0, 0.0])
-  broadcast['has_previous'] = tf.constant(False)
+  broadcast = broadcast._replace(has_previous=tf.constant(False))
   assert float(penalties.first_order_positive_hook(2.0)(
       weights, broadcast, learning_rate=0.5)) == 0.0
 
@@ -136,8 +133,10 @@ def test_positive_part_is_max_with_the_chosen_derivative_at_zero(
 
 
 def _fed_curv_broadcast(u, v):
-  return {penalties.FISHER_SUM_KEY: [tf.constant(a) for a in u],
-          penalties.FISHER_WEIGHT_SUM_KEY: [tf.constant(b) for b in v]}
+  return penalties.FisherSums(
+      model_weights=None,  # Not read by the penalty.
+      fisher_sum=[tf.constant(a) for a in u],
+      fisher_weight_sum=[tf.constant(b) for b in v])
 
 
 def test_fed_curv_hook_gradient_and_value_match_numpy():
@@ -171,13 +170,14 @@ def test_fed_curv_hook_gradient_and_value_match_numpy():
 
 
 def _scaffold_broadcast(c, c_own, initialized):
-  return {
-      penalties.CONTROL_VARIATE_KEY: [tf.constant(a) for a in c],
-      ground.CLIENT_STATE_KEY: {
-          'initialized': tf.constant(initialized),
+  return ground.ClientInput(
+      broadcast=penalties.ControlVariate(
+          model_weights=None,  # Not read by the penalty.
+          control_variate=[tf.constant(a) for a in c]),
+      client_state={
+          ground.INITIALIZED_KEY: tf.constant(initialized),
           penalties.CONTROL_VARIATE_KEY: [tf.constant(a) for a in c_own],
-      },
-  }
+      })
 
 
 def test_linear_correction_value_and_gradient_are_c_minus_c_i():
@@ -214,11 +214,10 @@ def test_linear_correction_of_a_new_client_uses_the_server_c():
 def test_dynamic_value_and_gradient_match_numpy():
   anchor, g_k, start = _arrays(), _arrays(), _arrays()
   weights = [tf.Variable(a) for a in start]
-  broadcast = {
-      'model_weights': tff.learning.models.ModelWeights(anchor, []),
-      ground.CLIENT_STATE_KEY: {
-          penalties.LOCAL_GRADIENT_KEY: [tf.constant(a) for a in g_k]},
-  }
+  broadcast = ground.ClientInput(  # FedDyn broadcasts the model alone.
+      broadcast=tff.learning.models.ModelWeights(anchor, []),
+      client_state={
+          penalties.LOCAL_GRADIENT_KEY: [tf.constant(a) for a in g_k]})
   with tf.GradientTape() as tape:
     value = penalties.dynamic(weights, broadcast, learning_rate=0.1,
                               alpha=0.4)

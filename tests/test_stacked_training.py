@@ -206,7 +206,7 @@ def _entangled_constants(broadcast, *, learning_rate, num_steps):
   del learning_rate
   scale = 1.0 / tf.maximum(tf.cast(num_steps, tf.float32), 1.0)
   anchor = ground.model_weights_of(broadcast).trainable
-  return list(anchor), [scale * m for m in broadcast['momentum']], 0.7
+  return list(anchor), [scale * m for m in broadcast.momentum], 0.7
 
 
 def _entangled_step(weights, constants):
@@ -226,7 +226,7 @@ def _entangled_objective():
 
 
 def _broadcast(start, rng):
-  return collections.OrderedDict(
+  return momentum.Broadcast(
       model_weights=tff.learning.models.ModelWeights(
           trainable=[tf.constant(w) for w in start], non_trainable=[]),
       momentum=[tf.constant(rng.normal(0.0, 0.05, w.shape), tf.float32)

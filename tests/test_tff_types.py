@@ -2,10 +2,12 @@
 
 `num_bytes` (how communication is counted: elements x dtype size, bool one
 byte, placement ignored) on types whose size is worked out by hand here;
-`zeros_of` keeps the type's Python containers; `type_of` of a NumPy value.
+`zeros_of` keeps the type's Python containers; `type_of` of a NumPy value;
+`named_tuple_type` of a broadcast NamedTuple.
 """
 
 import collections
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -80,3 +82,35 @@ def test_type_of_a_numpy_structure():
       collections.OrderedDict(a=(np.float32, [2, 3]),
                               b=[np.int32, (np.float64, [4])])))
   assert tff_types.num_bytes(value_type) == 24 + 4 + 32
+
+
+class Labelled(NamedTuple):
+  model_weights: Any
+  label: Any
+
+
+def test_named_tuple_type_is_a_struct_of_the_class_with_its_fields():
+  weights_type = tff.types.tensorflow_to_type(
+      tff.learning.models.ModelWeights(
+          trainable=[tf.TensorSpec((2,), tf.float32)], non_trainable=[]))
+  value_type = tff_types.named_tuple_type(
+      Labelled, weights_type, tff.TensorType(np.int32))
+  assert isinstance(value_type, tff.StructWithPythonType)
+  assert value_type.python_container is Labelled
+  assert [name for name, _ in tff.structure.iter_elements(value_type)] == [
+      'model_weights', 'label']
+  assert value_type.model_weights == weights_type
+  assert value_type.label == tff.TensorType(np.int32)
+  # Its zeros are a `Labelled` (`zeros_of` keeps the container).
+  zeros = tff_types.zeros_of(value_type)
+  assert isinstance(zeros, Labelled) and zeros.label == 0
+
+
+@pytest.mark.parametrize('types', [(), (np.float32,),
+                                   (np.float32, np.int32, np.bool_)])
+def test_named_tuple_type_needs_one_type_per_field(types):
+  with pytest.raises(ValueError) as raised:
+    tff_types.named_tuple_type(Labelled, *[tff.TensorType(t) for t in types])
+  assert str(raised.value) == (
+      f'Labelled has 2 fields (model_weights, label), got {len(types)} '
+      'types.')

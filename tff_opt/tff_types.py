@@ -91,3 +91,19 @@ def type_of(value) -> tff.Type:
     return tf.nest.map_structure(tf.constant, value)
 
   return constant.type_signature.result
+
+
+def named_tuple_type(named_tuple_class, *field_types) -> tff.Type:
+  """The TFF type of a `named_tuple_class` instance whose fields have
+  `field_types` (in field order): TFF hands the value to TF functions as
+  that NamedTuple.
+
+  Raises:
+    ValueError: If the number of types is not the number of fields.
+  """
+  fields = named_tuple_class._fields
+  if len(field_types) != len(fields):
+    raise ValueError(f'{named_tuple_class.__name__} has {len(fields)} fields '
+                     f'({", ".join(fields)}), got {len(field_types)} types.')
+  return tff.StructWithPythonType(list(zip(fields, field_types)),
+                                  named_tuple_class)

@@ -167,7 +167,7 @@ def fed_adc_recipe(
     if beta_local > 0:
       distributor = distributors.with_finalizer_state(
           weights_type, finalizer.initialize.type_signature.result.member,
-          momentum_lib.momentum_extras)
+          momentum_lib.momentum_broadcast)
     else:
       distributor = tff.learning.templates.build_broadcast_process(
           weights_type)

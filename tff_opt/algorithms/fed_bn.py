@@ -76,7 +76,7 @@ builder's.
 import collections
 import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
@@ -211,10 +211,9 @@ def _with_own_batch_norm(value, own, variables):
     for mine, i in zip(own[NON_TRAINABLE_KEY], variables.non_trainable):
       non_trainable[i] = tf.where(initialized, mine, non_trainable[i])
     return tff.learning.models.ModelWeights(trainable, non_trainable)
-  if isinstance(value, Mapping):
-    return collections.OrderedDict([
-        (k, _with_own_batch_norm(v, own, variables)) for k, v in value.items()
-    ])
+  if hasattr(value, '_fields'):  # A broadcast NamedTuple (`ground`).
+    return type(value)(*(_with_own_batch_norm(v, own, variables)
+                         for v in value))
   return value
 
 
@@ -261,10 +260,7 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
       return received
     if base.client_input_fn is not None:
       return base.client_input_fn(received, state[BASE_KEY])
-    items = (list(received.items()) if isinstance(received, Mapping) else
-             list(received._asdict().items()))
-    return collections.OrderedDict(
-        items + [(ground.CLIENT_STATE_KEY, state[BASE_KEY])])
+    return ground.ClientInput(received, state[BASE_KEY])
 
   base_report_fn = base.passes.report_fn
 

@@ -84,7 +84,7 @@ Choices written down (and tested):
 import collections
 import functools
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -109,6 +109,17 @@ FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
+Broadcast = penalties.FisherSums  # (w_t, u, v): the stateless variant's.
+
+
+class ExactBroadcast(NamedTuple):
+  """Eq. 3's broadcast: `Broadcast` and the rounds that tell a client
+  whether u, v hold its own last terms (`excluding_own`)."""
+  model_weights: Any
+  fisher_sum: Any  # u
+  fisher_weight_sum: Any  # v
+  round_num: Any  # The round being broadcast, int32.
+  source_round: Any  # The round whose clients u, v sum; -1 before any.
 FISHER_BATCH_SIZE = 32  # Examples per batch of the fast Fisher pass.
 EXACT_STATE_BYTES = 2 * 1024**3  # --fedcurv_exact=auto's client-state budget.
 EXACT_CHOICES = ('auto', 'on', 'off')
@@ -241,25 +252,23 @@ def _stacked_fisher_report(model, weights, dataset, broadcast, *, delta,
 
 
 def excluding_own(broadcast):
-  """The broadcast with the client's own last contribution removed from u, v.
+  """u, v without the client's own last contribution: a `Broadcast`.
 
-  Used by the cross-silo variant: when the client's stored contribution is
-  from the round whose sums are broadcast, u - F_own and v - (F w)_own
-  replace u and v (Eq. 3's sum over j != s).
+  Used by the cross-silo variant, on its `ground.ClientInput` (an
+  `ExactBroadcast` and the client's state): when the client's stored
+  contribution is from the round whose sums are broadcast, u - F_own and
+  v - (F w)_own replace u and v (Eq. 3's sum over j != s).
   """
-  state = broadcast[ground.CLIENT_STATE_KEY]
+  received, state = broadcast.broadcast, broadcast.client_state
   own = tf.logical_and(
-      tf.equal(state[CLIENT_ROUND_KEY], broadcast[SOURCE_ROUND_KEY]),
-      broadcast[SOURCE_ROUND_KEY] >= 0)
+      tf.equal(state[CLIENT_ROUND_KEY], received.source_round),
+      received.source_round >= 0)
   scale = tf.cast(own, tf.float32)
-  adjusted = dict(broadcast)
-  adjusted[penalties.FISHER_SUM_KEY] = [
-      u - scale * f for u, f in zip(broadcast[penalties.FISHER_SUM_KEY],
-                                    state[FISHER_KEY])]
-  adjusted[penalties.FISHER_WEIGHT_SUM_KEY] = [
-      v - scale * f for v, f in zip(broadcast[penalties.FISHER_WEIGHT_SUM_KEY],
-                                    state[FISHER_WEIGHTS_KEY])]
-  return adjusted
+  return Broadcast(
+      received.model_weights,
+      [u - scale * f for u, f in zip(received.fisher_sum, state[FISHER_KEY])],
+      [v - scale * f for v, f in zip(received.fisher_weight_sum,
+                                     state[FISHER_WEIGHTS_KEY])])
 
 
 def build_fed_curv(
@@ -359,93 +368,86 @@ def fed_curv_recipe(
   """
   checks.check_non_negative('lam', lam)
   checks.check_int('client_epochs', client_epochs)
-  return functools.partial(_fed_curv_recipe, lam=lam,
-                           server_optimizer_fn=server_optimizer_fn,
-                           cross_silo=cross_silo, client_epochs=client_epochs)
 
-
-def _fed_curv_recipe(weights_type, *, lam, server_optimizer_fn, cross_silo,
-                     client_epochs):
-  """`fed_curv_recipe`'s parts for one model-weights type."""
-  _common.check_server_optimizer(server_optimizer_fn)
-  zeros = tff_types.zeros_of(weights_type.trainable)
-  vector_type = tff_types.type_of(zeros)
-  broadcast_entries = [
-      (ground.MODEL_WEIGHTS_KEY, weights_type),
-      (penalties.FISHER_SUM_KEY, vector_type),
-      (penalties.FISHER_WEIGHT_SUM_KEY, vector_type),
-  ]
-  initial_extras = collections.OrderedDict([
-      (penalties.FISHER_SUM_KEY, zeros),
-      (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
-  ])
-  if cross_silo:
-    broadcast_entries += [(ground.ROUND_NUM_KEY, tff.TensorType(np.int32)),
-                          (SOURCE_ROUND_KEY, tff.TensorType(np.int32))]
-    initial_extras[ground.ROUND_NUM_KEY] = np.int32(0)
-    initial_extras[SOURCE_ROUND_KEY] = np.int32(-1)
-  broadcast_type = tff.StructWithPythonType(broadcast_entries,
-                                            collections.OrderedDict)
-
-  def update_extras(extras, aggregate):
-    sums = aggregate[aggregators.SUMS_KEY]
-    updated = collections.OrderedDict([
-        (penalties.FISHER_SUM_KEY, sums[FISHER_KEY]),
-        (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
+  def recipe_fn(weights_type):
+    _common.check_server_optimizer(server_optimizer_fn)
+    zeros = tff_types.zeros_of(weights_type.trainable)
+    vector_type = tff_types.type_of(zeros)
+    broadcast_class = ExactBroadcast if cross_silo else Broadcast
+    broadcast_type = tff_types.named_tuple_type(
+        broadcast_class, weights_type, vector_type, vector_type,
+        *[tff.TensorType(np.int32)] * (len(broadcast_class._fields) - 3))
+    # The finalizer's extras hold what is broadcast beside the model, under
+    # the broadcast's own field names (and so the checkpoints' keys).
+    initial_extras = collections.OrderedDict([
+        (penalties.FISHER_SUM_KEY, zeros),
+        (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
     ])
     if cross_silo:
-      updated[ground.ROUND_NUM_KEY] = extras[ground.ROUND_NUM_KEY] + 1
-      updated[SOURCE_ROUND_KEY] = extras[ground.ROUND_NUM_KEY]
-    return updated
+      initial_extras[ground.ROUND_NUM_KEY] = np.int32(0)
+      initial_extras[SOURCE_ROUND_KEY] = np.int32(-1)
 
-  def finalizer_fn(aggregate_type):
-    return finalizers.apply_optimizer_with_extras(
-        server_optimizer_fn, weights_type, aggregate_type,
-        initial_extras=initial_extras, update_extras=update_extras)
+    def update_extras(extras, aggregate):
+      sums = aggregate[aggregators.SUMS_KEY]
+      updated = collections.OrderedDict([
+          (penalties.FISHER_SUM_KEY, sums[FISHER_KEY]),
+          (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
+      ])
+      if cross_silo:
+        updated[ground.ROUND_NUM_KEY] = extras[ground.ROUND_NUM_KEY] + 1
+        updated[SOURCE_ROUND_KEY] = extras[ground.ROUND_NUM_KEY]
+      return updated
 
-  def broadcast_extras(finalizer_state):
-    extras = finalizer_state[finalizers.EXTRAS_KEY]
-    names = [name for name, _ in broadcast_entries[1:]]
-    return collections.OrderedDict([(name, extras[name]) for name in names])
+    def finalizer_fn(aggregate_type):
+      return finalizers.apply_optimizer_with_extras(
+          server_optimizer_fn, weights_type, aggregate_type,
+          initial_extras=initial_extras, update_extras=update_extras)
 
-  def distributor_fn(finalizer_state_type):
-    return distributors.with_finalizer_state(
-        weights_type, finalizer_state_type, broadcast_extras)
+    def broadcast_fn(model_weights, finalizer_state):
+      extras = finalizer_state[finalizers.EXTRAS_KEY]
+      return broadcast_class(model_weights, *(
+          extras[name] for name in broadcast_class._fields[1:]))
 
-  parts = dict(
-      distributor_fn=distributor_fn,
-      aggregator_fn=aggregators.mean_delta_sum_rest,
-      finalizer_fn=finalizer_fn,
-      passes=client_work_lib.ClientPasses(
-          report_fn=functools.partial(_fisher_report,
-                                      client_epochs=client_epochs),
-          stacked_report_fn=functools.partial(_stacked_fisher_report,
-                                              client_epochs=client_epochs)))
-  if not cross_silo:
-    return recipe_lib.Recipe(
-        work_broadcast_type=broadcast_type,
-        objective=client_work_lib.LocalObjective(
-            penalty=penalties.elastic_hook(lam)),
-        **parts)
+    def distributor_fn(finalizer_state_type):
+      return distributors.with_finalizer_state(
+          weights_type, finalizer_state_type, broadcast_fn)
 
-  initial_client_state = collections.OrderedDict([
-      (FISHER_KEY, tff_types.zeros_of(vector_type)),
-      (FISHER_WEIGHTS_KEY, tff_types.zeros_of(vector_type)),
-      (CLIENT_ROUND_KEY, np.int32(-1)),
-  ])
+    parts = dict(
+        distributor_fn=distributor_fn,
+        aggregator_fn=aggregators.mean_delta_sum_rest,
+        finalizer_fn=finalizer_fn,
+        passes=client_work_lib.ClientPasses(
+            report_fn=functools.partial(_fisher_report,
+                                        client_epochs=client_epochs),
+            stacked_report_fn=functools.partial(_stacked_fisher_report,
+                                                client_epochs=client_epochs)))
+    if not cross_silo:
+      return recipe_lib.Recipe(
+          work_broadcast_type=broadcast_type,
+          objective=client_work_lib.LocalObjective(
+              penalty=penalties.elastic_hook(lam)),
+          **parts)
 
-  def client_state_update(merged, update):
-    return collections.OrderedDict([
-        (FISHER_KEY, update[FISHER_KEY]),
-        (FISHER_WEIGHTS_KEY, update[FISHER_WEIGHTS_KEY]),
-        (CLIENT_ROUND_KEY, merged[ground.ROUND_NUM_KEY]),
+    initial_client_state = collections.OrderedDict([
+        (FISHER_KEY, tff_types.zeros_of(vector_type)),
+        (FISHER_WEIGHTS_KEY, tff_types.zeros_of(vector_type)),
+        (CLIENT_ROUND_KEY, np.int32(-1)),
     ])
 
-  return recipe_lib.Recipe(
-      work_broadcast_type=client_states.client_broadcast_type(
-          broadcast_type, tff_types.type_of(initial_client_state)),
-      objective=client_work_lib.LocalObjective(
-          penalty=penalties.elastic_hook(lam, adjust=excluding_own)),
-      initial_client_state=initial_client_state,
-      client_state_update=client_state_update,
-      **parts)
+    def client_state_update(client_input, update):
+      return collections.OrderedDict([
+          (FISHER_KEY, update[FISHER_KEY]),
+          (FISHER_WEIGHTS_KEY, update[FISHER_WEIGHTS_KEY]),
+          (CLIENT_ROUND_KEY, client_input.broadcast.round_num),
+      ])
+
+    return recipe_lib.Recipe(
+        work_broadcast_type=client_states.client_broadcast_type(
+            broadcast_type, tff_types.type_of(initial_client_state)),
+        objective=client_work_lib.LocalObjective(
+            penalty=penalties.elastic_hook(lam, adjust=excluding_own)),
+        initial_client_state=initial_client_state,
+        client_state_update=client_state_update,
+        **parts)
+
+  return recipe_fn

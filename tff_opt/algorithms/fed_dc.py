@@ -181,7 +181,7 @@ def _report(model, dataset, broadcast, *, delta, num_steps, learning_rate,
             num_examples):
   """(2) at the client: the new h_i and g_i, with the delta."""
   del model, dataset, learning_rate, num_examples
-  state = broadcast[ground.CLIENT_STATE_KEY]
+  state = broadcast.client_state
   took_steps = num_steps > 0
   return collections.OrderedDict([
       (DRIFT_KEY, [h - d for h, d in zip(state[DRIFT_KEY], delta)]),
@@ -193,9 +193,9 @@ def _report(model, dataset, broadcast, *, delta, num_steps, learning_rate,
   ])
 
 
-def _client_state_update(merged, update):
+def _client_state_update(client_input, update):
   """The reported h_i and g_i, or the old ones if the update was dropped."""
-  state = merged[ground.CLIENT_STATE_KEY]
+  state = client_input.client_state
   reported = update[REPORTED_KEY] > 0.0
   return collections.OrderedDict([
       (key, [tf.where(reported, new, old)
@@ -353,44 +353,39 @@ def fed_dc_recipe(*, alpha: float, num_clients: int,
   """
   checks.check_non_negative('alpha', alpha)
   fed_dyn.check_num_clients(num_clients)
-  return functools.partial(_fed_dc_recipe, alpha=alpha,
-                           num_clients=num_clients,
-                           server_optimizer_fn=server_optimizer_fn)
 
+  def recipe_fn(weights_type):
+    _common.check_server_optimizer(server_optimizer_fn)
+    vector_type = tff_types.type_of(tff_types.zeros_of(weights_type.trainable))
+    broadcast_type = tff_types.named_tuple_type(penalties.GlobalUpdate,
+                                                weights_type, vector_type)
+    initial_client_state = collections.OrderedDict([
+        (DRIFT_KEY, tff_types.zeros_of(vector_type)),
+        (LOCAL_UPDATE_KEY, tff_types.zeros_of(vector_type)),
+    ])
 
-def _fed_dc_recipe(weights_type, *, alpha, num_clients, server_optimizer_fn):
-  """`fed_dc_recipe`'s parts for one model-weights type."""
-  _common.check_server_optimizer(server_optimizer_fn)
-  vector_type = tff_types.type_of(tff_types.zeros_of(weights_type.trainable))
-  broadcast_type = tff.StructWithPythonType(
-      [(ground.MODEL_WEIGHTS_KEY, weights_type),
-       (GLOBAL_UPDATE_KEY, vector_type)], collections.OrderedDict)
-  initial_client_state = collections.OrderedDict([
-      (DRIFT_KEY, tff_types.zeros_of(vector_type)),
-      (LOCAL_UPDATE_KEY, tff_types.zeros_of(vector_type)),
-  ])
+    def distributor_fn(finalizer_state_type):
+      return distributors.with_finalizer_state(
+          weights_type, finalizer_state_type,
+          lambda weights, state: penalties.GlobalUpdate(
+              weights, state[finalizers.EXTRAS_KEY][GLOBAL_UPDATE_KEY]))
 
-  def distributor_fn(finalizer_state_type):
-    return distributors.with_finalizer_state(
-        weights_type, finalizer_state_type,
-        lambda state: collections.OrderedDict([
-            (GLOBAL_UPDATE_KEY,
-             state[finalizers.EXTRAS_KEY][GLOBAL_UPDATE_KEY])]))
+    return recipe_lib.Recipe(
+        work_broadcast_type=client_states.client_broadcast_type(
+            broadcast_type, tff_types.type_of(initial_client_state)),
+        distributor_fn=distributor_fn,
+        aggregator_fn=drift_aggregator,
+        finalizer_fn=functools.partial(
+            drift_finalizer, server_optimizer_fn, weights_type,
+            num_clients=num_clients),
+        objective=client_work_lib.LocalObjective(
+            penalty=penalties.local_drift_hook(alpha), count_steps=True),
+        passes=client_work_lib.ClientPasses(report_fn=_report),
+        initial_client_state=initial_client_state,
+        client_state_update=_client_state_update,
+        to_server=_to_server)
 
-  return recipe_lib.Recipe(
-      work_broadcast_type=client_states.client_broadcast_type(
-          broadcast_type, tff_types.type_of(initial_client_state)),
-      distributor_fn=distributor_fn,
-      aggregator_fn=drift_aggregator,
-      finalizer_fn=functools.partial(
-          drift_finalizer, server_optimizer_fn, weights_type,
-          num_clients=num_clients),
-      objective=client_work_lib.LocalObjective(
-          penalty=penalties.local_drift_hook(alpha), count_steps=True),
-      passes=client_work_lib.ClientPasses(report_fn=_report),
-      initial_client_state=initial_client_state,
-      client_state_update=_client_state_update,
-      to_server=_to_server)
+  return recipe_fn
 
 
 def build_fed_dc(

@@ -66,7 +66,6 @@ from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
 from tff_opt.round import penalties
@@ -166,41 +165,33 @@ def fed_dyn_recipe(*, alpha: float, num_clients: int,
   """
   checks.check_positive('alpha', alpha)
   check_num_clients(num_clients)
-  return functools.partial(_fed_dyn_recipe, alpha=alpha,
-                           num_clients=num_clients,
-                           server_optimizer_fn=server_optimizer_fn)
 
+  def recipe_fn(weights_type):
+    _common.check_server_optimizer(server_optimizer_fn)
+    gradient = tff_types.zeros_of(weights_type.trainable)
+    initial_client_state = collections.OrderedDict([
+        (penalties.LOCAL_GRADIENT_KEY, gradient)])
 
-def _fed_dyn_recipe(weights_type, *, alpha, num_clients, server_optimizer_fn):
-  """`fed_dyn_recipe`'s parts for one model-weights type."""
-  _common.check_server_optimizer(server_optimizer_fn)
-  gradient = tff_types.zeros_of(weights_type.trainable)
-  initial_client_state = collections.OrderedDict([
-      (penalties.LOCAL_GRADIENT_KEY, gradient)])
-  broadcast_type = tff.StructWithPythonType(
-      [(ground.MODEL_WEIGHTS_KEY, weights_type)],
-      collections.OrderedDict)
+    def client_state_update(client_input, update):
+      g = client_input.client_state[penalties.LOCAL_GRADIENT_KEY]
+      return collections.OrderedDict([(penalties.LOCAL_GRADIENT_KEY, [
+          a + alpha * d for a, d in zip(g, _delta_of(update))])])
 
-  def client_state_update(merged, update):
-    g = merged[ground.CLIENT_STATE_KEY][penalties.LOCAL_GRADIENT_KEY]
-    return collections.OrderedDict([(penalties.LOCAL_GRADIENT_KEY, [
-        a + alpha * d for a, d in zip(g, _delta_of(update))])])
+    return recipe_lib.Recipe(
+        work_broadcast_type=client_states.client_broadcast_type(
+            weights_type, tff_types.type_of(initial_client_state)),
+        distributor_fn=lambda _: (
+            tff.learning.templates.build_broadcast_process(weights_type)),
+        aggregator_fn=functools.partial(dynamic_aggregator, alpha=alpha,
+                                        num_clients=num_clients),
+        finalizer_fn=lambda _: (
+            finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
+        objective=client_work_lib.LocalObjective(
+            penalty=functools.partial(penalties.dynamic, alpha=alpha)),
+        initial_client_state=initial_client_state,
+        client_state_update=client_state_update)
 
-  return recipe_lib.Recipe(
-      work_broadcast_type=client_states.client_broadcast_type(
-          broadcast_type, tff_types.type_of(initial_client_state)),
-      distributor_fn=lambda finalizer_state_type: (
-          distributors.with_finalizer_state(
-              weights_type, finalizer_state_type,
-              lambda _: collections.OrderedDict())),
-      aggregator_fn=functools.partial(dynamic_aggregator, alpha=alpha,
-                                      num_clients=num_clients),
-      finalizer_fn=lambda _: (
-          finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
-      objective=client_work_lib.LocalObjective(
-          penalty=functools.partial(penalties.dynamic, alpha=alpha)),
-      initial_client_state=initial_client_state,
-      client_state_update=client_state_update)
+  return recipe_fn
 
 
 def build_fed_dyn(

@@ -199,16 +199,17 @@ def build_history_finalizer(
       set_hparams_fn=set_hparams_fn)
 
 
-def history_extras(buffer_size: int):
-  """The distributor's `extras_fn`: the buffered models' sum and number.
+def history_broadcast(buffer_size: int):
+  """The distributor's `broadcast_fn`: w_t, the buffered models' sum and
+  number.
 
-  Returns a TF function finalizer state -> `{'gkd_history_sum': [sum over
-  the n filled slots, per trainable variable], 'gkd_history_count': n}`
-  (float32), n = min(pushed, M - 1).
+  Returns a TF function `(w_t, finalizer state) -> losses.ModelHistory(w_t,
+  [sum over the n filled slots, per trainable variable], n)` (n float32),
+  n = min(pushed, M - 1).
   """
   slots = _slots(buffer_size)
 
-  def extras_fn(state):
+  def broadcast_fn(model_weights, state):
     extras = state[finalizers.EXTRAS_KEY]
     count = tf.minimum(extras[PUSHED_KEY], buffer_size - 1)
     filled = tf.range(slots) < count
@@ -217,12 +218,10 @@ def history_extras(buffer_size: int):
       mask = tf.reshape(tf.cast(filled, h.dtype), [slots] + [1] *
                         (h.shape.rank - 1))
       sums.append(tf.reduce_sum(h * mask, axis=0))
-    return collections.OrderedDict([
-        (losses.GKD_HISTORY_SUM_KEY, sums),
-        (losses.GKD_HISTORY_COUNT_KEY, tf.cast(count, tf.float32)),
-    ])
+    return losses.ModelHistory(model_weights, sums,
+                               tf.cast(count, tf.float32))
 
-  return extras_fn
+  return broadcast_fn
 
 
 def fed_gkd_recipe(
@@ -238,7 +237,7 @@ def fed_gkd_recipe(
 
   The finalizer is `build_history_finalizer` (server optimizer + buffer),
   the distributor `distributors.with_finalizer_state` with
-  `history_extras`, the aggregator the weighted mean of the deltas
+  `history_broadcast`, the aggregator the weighted mean of the deltas
   (`model_aggregator`, `tff.aggregators.MeanFactory()` by default) and the
   local objective's loss hook `losses.build_gkd_loss(gamma, temperature)`.
   Arguments as for `build_fed_gkd`.
@@ -258,7 +257,7 @@ def fed_gkd_recipe(
                                         buffer_size)
     distributor = distributors.with_finalizer_state(
         weights_type, finalizer.initialize.type_signature.result.member,
-        history_extras(buffer_size))
+        history_broadcast(buffer_size))
     return recipe_lib.from_built_parts(distributor, finalizer, objective,
                                        model_aggregator=model_aggregator)
 

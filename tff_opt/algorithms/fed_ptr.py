@@ -10,8 +10,8 @@ at the start of round t (with w_{t-1} the model it broadcast last round):
    w_{t-1} after N = `mtt_inner_steps` SGD steps on D_syn with step alpha_syn.
 2. Projection: w~_{t+1} = w_t after P = `projection_steps` SGD steps on D_syn
    with step alpha_syn.
-3. Broadcast {'model_weights': w_t, 'projected_model_weights': w~_{t+1}}
-   (the trainable weights); client k minimises, Eq. 2,
+3. Broadcast `Projected(model_weights=w_t, projected_model_weights=
+   w~_{t+1})` (the trainable weights); client k minimises, Eq. 2,
 
        L_k(w) + sum_l (mu_l / 2) ||w_l - w~_{t+1,l}||^2,
 
@@ -19,7 +19,7 @@ at the start of round t (with w_{t-1} the model it broadcast last round):
    optimizer).
 
 Client-side FedPTR (`side='client'`, Algorithm 2): the server broadcasts
-{'model_weights': w_t, 'previous_model_weights': w_{t-1}, 'has_previous'}
+`ground.TwoModels(w_t, w_{t-1}, has_previous)`
 (`distributors.with_previous_model`, FedFOR's two-model broadcast) and every
 sampled client, before its local training (`client_work`'s `prepare_fn`
 pre-pass, inside the client's TF computation), runs steps 1-2 itself on its
@@ -169,7 +169,8 @@ refreshes it every k of its own chances, as "selected clients [...]
 perform MTT from the past trajectories it observed" asks; with full
 participation (every client in every round) both rules are the same.
 Mechanics: the `prepare_fn` pre-pass reads the state (the client work's
-input is the broadcast plus `'client_state'`), hands the client's next state
+input is a `ground.ClientInput(broadcast, client_state)`), hands the
+client's next state
 to the client work's report hook, and `to_server` keeps it from leaving the
 client (the server gets the delta only; `bytes_client_to_server` is
 FedAvg's). A client whose update is not finite (dropped by the client work)
@@ -201,7 +202,7 @@ import collections
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -218,7 +219,6 @@ from tff_opt.round import distributors
 from tff_opt.round import ground
 from tff_opt.round import mtt
 
-PROJECTED_MODEL_KEY = 'projected_model_weights'
 PREVIOUS_PROJECTED_KEY = 'previous_projected_weights'
 HAS_PREVIOUS_PROJECTION_KEY = 'has_previous_projection'
 IMAGES_KEY = 'synthetic_images'
@@ -227,6 +227,23 @@ MATCHING_ROUNDS_KEY = 'matching_rounds'
 MTT_UPDATES_KEY = 'mtt_updates'
 NEXT_CLIENT_STATE_KEY = 'next_client_state'
 _STATE_VALID_KEY = 'valid'
+
+
+class Projected(NamedTuple):
+  """What the penalty reads: FedPTR-S's broadcast (w_t, w~_{t+1})."""
+  model_weights: Any
+  projected_model_weights: Any  # w~_{t+1}'s trainables, a list.
+
+
+class ClientProjected(NamedTuple):
+  """Client-side FedPTR's input after its pre-pass (`_client_prepare`):
+  the `ground.TwoModels` broadcast, the client's own w~_{t+1} and the
+  client state it will keep (`_report_next_state`)."""
+  model_weights: Any
+  previous_model_weights: Any
+  has_previous: Any
+  projected_model_weights: Any
+  next_client_state: Any
 
 _SIDES = ('server', 'client')
 
@@ -397,8 +414,8 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
 
   Args:
     weights: The trainable variables, in model order.
-    broadcast: A mapping with `model_weights` (w_t) and
-      `projected_model_weights` (w~_{t+1}, a list of tensors).
+    broadcast: A `Projected` or `ClientProjected` (w_t and w~_{t+1}, a
+      list of tensors).
     learning_rate: This round's client learning rate eta; a layer-adaptive
       mu_l is capped at 1 / eta (see the module docstring).
     mu: The base strength, >= 0.
@@ -409,7 +426,7 @@ def projected_proximal(weights, broadcast, *, learning_rate, mu,
   Returns:
     A scalar tensor.
   """
-  projected = list(broadcast[PROJECTED_MODEL_KEY])
+  projected = list(broadcast.projected_model_weights)
   current = ground.model_weights_of(broadcast).trainable
   mus = layer_mu(projected, current, mu=mu, layer_adaptive=layer_adaptive,
                  layer_groups=layer_groups,
@@ -559,10 +576,7 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
     cosine = tf.where(
         tf.logical_and(state[HAS_PREVIOUS_PROJECTION_KEY], norms > 0.0),
         dot / tf.maximum(norms, 1e-30), 0.0)
-    broadcast = collections.OrderedDict([
-        (ground.MODEL_WEIGHTS_KEY, weights),
-        (PROJECTED_MODEL_KEY, projected),
-    ])
+    broadcast = Projected(weights, projected)
     new_state = collections.OrderedDict([
         (ground.PREVIOUS_MODEL_KEY, current),
         (ground.HAS_PREVIOUS_KEY, tf.constant(True)),
@@ -684,21 +698,20 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
                     mtt_init_lr, mtt_image_lr, mtt_lr_lr, mtt_momentum, seed):
   """Client-side FedPTR's pre-pass (`client_work` `prepare_fn`).
 
-  Reads the client's state from the merged broadcast, runs MTT when due
-  (else reuses the stored D_syn and alpha_syn), projects, and returns the
-  broadcast extended with w~_{t+1} and the client's next state (which
-  `_report_next_state` hands to `_client_state_update`).
+  Reads the client's state from its `ground.ClientInput`, runs MTT when
+  due (else reuses the stored D_syn and alpha_syn), projects, and returns
+  a `ClientProjected`: the broadcast, w~_{t+1} and the client's next state
+  (which `_report_next_state` hands to `_client_state_update`).
   """
   input_shape, input_dtype, num_classes = _model_shapes(model_fn)
 
-  def prepare(broadcast, dataset):
+  def prepare(client_input, dataset):
     forward = mtt.forward_from_model_fn(model_fn)
     labels = mtt.synthetic_labels(num_classes, images_per_class)
-    current = list(ground.model_weights_of(broadcast).trainable)
-    previous = list(broadcast[ground.PREVIOUS_MODEL_KEY].trainable)
-    has_previous = tf.convert_to_tensor(
-        broadcast[ground.HAS_PREVIOUS_KEY])
-    state = broadcast[ground.CLIENT_STATE_KEY]
+    broadcast, state = client_input.broadcast, client_input.client_state
+    current = list(broadcast.model_weights.trainable)
+    previous = list(broadcast.previous_model_weights.trainable)
+    has_previous = tf.convert_to_tensor(broadcast.has_previous)
     count = state[MATCHING_ROUNDS_KEY]
     due = _is_due(count, update_every)
     run_mtt = tf.logical_and(has_previous, due)
@@ -734,12 +747,7 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
          tf.cast(count + tf.cast(has_previous, tf.int32), tf.float32)),
         (_STATE_VALID_KEY, tf.constant(1.0)),
     ])
-    extended = collections.OrderedDict(
-        [(name, broadcast[name]) for name in (
-            ground.MODEL_WEIGHTS_KEY, ground.PREVIOUS_MODEL_KEY,
-            ground.HAS_PREVIOUS_KEY)] +
-        [(PROJECTED_MODEL_KEY, projected), (NEXT_CLIENT_STATE_KEY,
-                                            next_state)])
+    extended = ClientProjected(*broadcast, projected, next_state)
     diagnostics = collections.OrderedDict([
         ('mtt_loss', loss),
         ('synthetic_lr', lr),
@@ -760,17 +768,17 @@ def _report_next_state(model, dataset, broadcast, **kwargs):
   """`report_fn`: the next client state that `prepare` computed."""
   del model, dataset, kwargs
   return collections.OrderedDict([
-      (NEXT_CLIENT_STATE_KEY, broadcast[NEXT_CLIENT_STATE_KEY])])
+      (NEXT_CLIENT_STATE_KEY, broadcast.next_client_state)])
 
 
-def _client_state_update(merged, update):
+def _client_state_update(client_input, update):
   """The client's new state; its old one if its update was zeroed.
 
   The client work zeroes a client's whole update (the reported next state
   included) when any entry is non-finite; such a client keeps the state it
   came with, as if it had not taken part.
   """
-  old = merged[ground.CLIENT_STATE_KEY]
+  old = client_input.client_state
   new = update[NEXT_CLIENT_STATE_KEY]
   valid = new[_STATE_VALID_KEY] > 0.5
   return collections.OrderedDict([

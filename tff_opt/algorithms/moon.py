@@ -49,7 +49,6 @@ Choices written down (and tested):
 """
 
 import collections
-import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -65,7 +64,6 @@ from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import contrastive
-from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
 
@@ -93,16 +91,16 @@ SPEC = hparams.Spec(
 
 def previous_trainable(broadcast):
   """w_i^{t-1}'s trainable weights, or w_t's for a client seen first."""
-  state = broadcast[ground.CLIENT_STATE_KEY]
+  state = broadcast.client_state
   own = list(state[PREVIOUS_MODEL_KEY])
   server = list(ground.model_weights_of(broadcast).trainable)
   return tf.cond(state[ground.INITIALIZED_KEY], lambda: own,
                  lambda: server)
 
 
-def _client_state_update(merged, update):
+def _client_state_update(client_input, update):
   """The client's final local weights, w_t - Delta_i, as its next state."""
-  start = ground.model_weights_of(merged).trainable
+  start = ground.model_weights_of(client_input).trainable
   return collections.OrderedDict([
       (ground.INITIALIZED_KEY, tf.constant(True)),
       (PREVIOUS_MODEL_KEY, [w - d for w, d in zip(start, update)]),
@@ -119,7 +117,7 @@ def moon_recipe(
 ) -> recipe_lib.RecipeFn:
   """MOON's recipe (see the module docstring), for `recipe.assemble`.
 
-  The distributor broadcasts w_t (merged at each client with its state);
+  The distributor broadcasts w_t (paired at each client with its state);
   the local objective's loss is `contrastive.moon_loss` with the previous
   model read from the client state (`previous_trainable`); the aggregator
   is the weighted mean of the deltas and the finalizer the server
@@ -132,39 +130,30 @@ def moon_recipe(
   """
   checks.check_non_negative('mu', mu)
   checks.check_positive('temperature', temperature)
-  return functools.partial(_moon_recipe, mu=float(mu),
-                           temperature=float(temperature),
-                           server_optimizer_fn=server_optimizer_fn,
-                           model_aggregator=model_aggregator)
+  mu, temperature = float(mu), float(temperature)
 
+  def recipe_fn(weights_type):
+    _common.check_server_optimizer(server_optimizer_fn)
+    initial_client_state = collections.OrderedDict([
+        (ground.INITIALIZED_KEY, np.bool_(False)),
+        (PREVIOUS_MODEL_KEY, tff_types.zeros_of(weights_type.trainable)),
+    ])
+    return recipe_lib.Recipe(
+        work_broadcast_type=client_states.client_broadcast_type(
+            weights_type, tff_types.type_of(initial_client_state)),
+        distributor_fn=lambda _: (
+            tff.learning.templates.build_broadcast_process(weights_type)),
+        aggregator_fn=(model_aggregator or
+                       tff.aggregators.MeanFactory()).create,
+        finalizer_fn=lambda _: (
+            finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
+        objective=client_work_lib.LocalObjective(
+            loss_fn_builder=contrastive.moon_loss(
+                mu, temperature, previous_trainable)),
+        initial_client_state=initial_client_state,
+        client_state_update=_client_state_update)
 
-def _moon_recipe(weights_type, *, mu, temperature, server_optimizer_fn,
-                 model_aggregator):
-  """`moon_recipe`'s parts for one model-weights type."""
-  _common.check_server_optimizer(server_optimizer_fn)
-  initial_client_state = collections.OrderedDict([
-      (ground.INITIALIZED_KEY, np.bool_(False)),
-      (PREVIOUS_MODEL_KEY, tff_types.zeros_of(weights_type.trainable)),
-  ])
-  broadcast_type = tff.StructWithPythonType(
-      [(ground.MODEL_WEIGHTS_KEY, weights_type)],
-      collections.OrderedDict)
-  return recipe_lib.Recipe(
-      work_broadcast_type=client_states.client_broadcast_type(
-          broadcast_type, tff_types.type_of(initial_client_state)),
-      distributor_fn=lambda finalizer_state_type: (
-          distributors.with_finalizer_state(
-              weights_type, finalizer_state_type,
-              lambda _: collections.OrderedDict())),
-      aggregator_fn=(model_aggregator or
-                     tff.aggregators.MeanFactory()).create,
-      finalizer_fn=lambda _: (
-          finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
-      objective=client_work_lib.LocalObjective(
-          loss_fn_builder=contrastive.moon_loss(
-              mu, temperature, previous_trainable)),
-      initial_client_state=initial_client_state,
-      client_state_update=_client_state_update)
+  return recipe_fn
 
 
 def build_moon(

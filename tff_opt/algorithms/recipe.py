@@ -85,7 +85,8 @@ class Recipe:
 
   Attributes:
     work_broadcast_type: What the client work receives (the distributor's
-      broadcast, plus `'client_state'` for a stateful algorithm).
+      broadcast; for a stateful algorithm a `ground.ClientInput` of it and
+      the client state, `client_states.client_broadcast_type`).
     distributor_fn: finalizer state type -> `DistributionProcess`.
     aggregator_fn: `(sent update type, weight type) ->` weighted
       `AggregationProcess`.
@@ -98,7 +99,7 @@ class Recipe:
       for an algorithm without client state.
     client_state_update: `(client work input, update) -> new client state`.
     client_input_fn: `(broadcast, client state) -> client work input`;
-      `None` adds the state under `'client_state'`.
+      `None` pairs them as a `ground.ClientInput`.
     to_server: `update -> what the client sends`; `None` sends the update.
     local_non_trainables: Indices into `ModelWeights.non_trainable` of the
       variables that stay on the clients (FedBN's BN statistics); all

@@ -36,7 +36,6 @@ Choices written down (and tested):
 """
 
 import collections
-import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -77,12 +76,12 @@ def _control_delta(model, dataset, broadcast, *, delta, num_steps,
   return collections.OrderedDict([(CONTROL_DELTA_KEY, [
       tf.where(took_steps, tf.math.divide_no_nan(d, k_eta) - c,
                tf.zeros_like(d))
-      for d, c in zip(delta, broadcast[penalties.CONTROL_VARIATE_KEY])
+      for d, c in zip(delta, broadcast.broadcast.control_variate)
   ])])
 
 
-def _client_state_update(merged, update):
-  c_i = penalties.effective_client_control_variate(merged)
+def _client_state_update(client_input, update):
+  c_i = penalties.effective_client_control_variate(client_input)
   return collections.OrderedDict([
       (ground.INITIALIZED_KEY, tf.constant(True)),
       (penalties.CONTROL_VARIATE_KEY,
@@ -148,59 +147,55 @@ def scaffold_recipe(
                                   num_clients < 1):
     raise ValueError('num_clients must be a positive integer or None, got '
                      f'{num_clients!r}.')
-  return functools.partial(_scaffold_recipe,
-                           server_optimizer_fn=server_optimizer_fn,
-                           num_clients=num_clients)
 
+  def recipe_fn(weights_type):
+    _common.check_server_optimizer(server_optimizer_fn)
+    zeros = tff_types.zeros_of(weights_type.trainable)
+    vector_type = tff_types.type_of(zeros)
+    broadcast_type = tff_types.named_tuple_type(penalties.ControlVariate,
+                                                weights_type, vector_type)
+    initial_client_state = collections.OrderedDict([
+        (ground.INITIALIZED_KEY, np.bool_(False)),
+        (penalties.CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
+    ])
 
-def _scaffold_recipe(weights_type, *, server_optimizer_fn, num_clients):
-  """`scaffold_recipe`'s parts for one model-weights type."""
-  _common.check_server_optimizer(server_optimizer_fn)
-  zeros = tff_types.zeros_of(weights_type.trainable)
-  vector_type = tff_types.type_of(zeros)
-  broadcast_type = tff.StructWithPythonType(
-      [(ground.MODEL_WEIGHTS_KEY, weights_type),
-       (penalties.CONTROL_VARIATE_KEY, vector_type)], collections.OrderedDict)
-  initial_client_state = collections.OrderedDict([
-      (ground.INITIALIZED_KEY, np.bool_(False)),
-      (penalties.CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
-  ])
+    def update_extras(extras, aggregate):
+      if num_clients is None:
+        n = tf.cast(aggregate[aggregators.NUM_CLIENTS_KEY], tf.float32)
+      else:
+        n = tf.constant(float(num_clients))
+      total = aggregate[aggregators.SUMS_KEY][CONTROL_DELTA_KEY]
+      return collections.OrderedDict([(penalties.CONTROL_VARIATE_KEY, [
+          c + tf.math.divide_no_nan(s, n)
+          for c, s in zip(extras[penalties.CONTROL_VARIATE_KEY], total)
+      ])])
 
-  def update_extras(extras, aggregate):
-    if num_clients is None:
-      n = tf.cast(aggregate[aggregators.NUM_CLIENTS_KEY], tf.float32)
-    else:
-      n = tf.constant(float(num_clients))
-    total = aggregate[aggregators.SUMS_KEY][CONTROL_DELTA_KEY]
-    return collections.OrderedDict([(penalties.CONTROL_VARIATE_KEY, [
-        c + tf.math.divide_no_nan(s, n)
-        for c, s in zip(extras[penalties.CONTROL_VARIATE_KEY], total)
-    ])])
+    def finalizer_fn(aggregate_type):
+      return finalizers.apply_optimizer_with_extras(
+          server_optimizer_fn,
+          weights_type,
+          aggregate_type,
+          initial_extras=collections.OrderedDict([
+              (penalties.CONTROL_VARIATE_KEY, zeros)]),
+          update_extras=update_extras)
 
-  def finalizer_fn(aggregate_type):
-    return finalizers.apply_optimizer_with_extras(
-        server_optimizer_fn,
-        weights_type,
-        aggregate_type,
-        initial_extras=collections.OrderedDict([
-            (penalties.CONTROL_VARIATE_KEY, zeros)]),
-        update_extras=update_extras)
+    def distributor_fn(finalizer_state_type):
+      return distributors.with_finalizer_state(
+          weights_type, finalizer_state_type,
+          lambda weights, state: penalties.ControlVariate(
+              weights,
+              state[finalizers.EXTRAS_KEY][penalties.CONTROL_VARIATE_KEY]))
 
-  def distributor_fn(finalizer_state_type):
-    return distributors.with_finalizer_state(
-        weights_type, finalizer_state_type,
-        lambda state: collections.OrderedDict([
-            (penalties.CONTROL_VARIATE_KEY,
-             state[finalizers.EXTRAS_KEY][penalties.CONTROL_VARIATE_KEY])]))
+    return recipe_lib.Recipe(
+        work_broadcast_type=client_states.client_broadcast_type(
+            broadcast_type, tff_types.type_of(initial_client_state)),
+        distributor_fn=distributor_fn,
+        aggregator_fn=aggregators.mean_delta_sum_rest,
+        finalizer_fn=finalizer_fn,
+        objective=client_work_lib.LocalObjective(
+            penalty=penalties.linear_correction),
+        passes=client_work_lib.ClientPasses(report_fn=_control_delta),
+        initial_client_state=initial_client_state,
+        client_state_update=_client_state_update)
 
-  return recipe_lib.Recipe(
-      work_broadcast_type=client_states.client_broadcast_type(
-          broadcast_type, tff_types.type_of(initial_client_state)),
-      distributor_fn=distributor_fn,
-      aggregator_fn=aggregators.mean_delta_sum_rest,
-      finalizer_fn=finalizer_fn,
-      objective=client_work_lib.LocalObjective(
-          penalty=penalties.linear_correction),
-      passes=client_work_lib.ClientPasses(report_fn=_control_delta),
-      initial_client_state=initial_client_state,
-      client_state_update=_client_state_update)
+  return recipe_fn

@@ -20,8 +20,9 @@ marks it with an `initialized` flag and reads the server value instead.
 
 `compose` builds such a process from the usual four parts: the distributor's
 broadcast (which may read the finalizer's state, as in
-`composers.compose_learning_process`) is merged per client with that
-client's state under `'client_state'`; the client work trains on that; the
+`composers.compose_learning_process`) is paired per client with that
+client's state (`ground.ClientInput(broadcast, client_state)`); the client
+work trains on that; the
 new client state is `client_state_update(merged_broadcast, update)`, at the
 client; the aggregator and finalizer then run as usual. The per-client
 communication (`communication/bytes_server_to_client`, the broadcast
@@ -188,12 +189,6 @@ def is_client_stateful(process) -> bool:
   return isinstance(process, ClientStatefulProcess)
 
 
-def _items(value):
-  if isinstance(value, Mapping):
-    return list(value.items())
-  return list(tff.structure.iter_elements(tff.structure.from_container(value)))
-
-
 def compose(
     initial_model_weights_fn: tff.Computation,
     distributor: tff.learning.templates.DistributionProcess,
@@ -211,18 +206,19 @@ def compose(
   Args:
     initial_model_weights_fn: A no-arg `tff.Computation` returning the
       initial `ModelWeights`.
-    distributor: Its result must be a mapping `{'model_weights', ...}`; it
-      may take a `ground.ServerState` to read the finalizer's state.
-    client_work: Built with `broadcast_type=client_broadcast_type(...)`, the
-      distributor's broadcast plus `'client_state'`.
+    distributor: Its result is the model weights or a broadcast NamedTuple
+      (`ground`); it may take a `ground.ServerState` to read the
+      finalizer's state.
+    client_work: Built with `broadcast_type=client_broadcast_type(broadcast
+      type, client state type)`: it receives a `ground.ClientInput`.
     aggregator: A weighted aggregation process for the client updates.
     finalizer: Applies the aggregate to the global model.
     initial_client_state: NumPy structure: a new client's state.
-    client_state_update: TF function `(merged_broadcast, update) -> new
+    client_state_update: TF function `(client input, update) -> new
       client state` run at each client after its local training.
     client_input_fn: Optional TF function `(broadcast, client_state) ->
       what the client work receives` (of the client work's broadcast type),
-      replacing the default merge (broadcast plus `'client_state'`).
+      replacing the default `ground.ClientInput(broadcast, client_state)`.
     to_server: Optional TF function `update -> what the client sends`, run
       at each client before the aggregator, which must then be built for
       its result type.
@@ -247,8 +243,7 @@ def compose(
   def merge(broadcast, client_state):
     if client_input_fn is not None:
       return client_input_fn(broadcast, client_state)
-    return collections.OrderedDict(
-        _items(broadcast) + [(ground.CLIENT_STATE_KEY, client_state)])
+    return ground.ClientInput(broadcast, client_state)
 
   @tff.tensorflow.computation(merged_type, update_type)
   def new_client_state(merged, update):
@@ -320,10 +315,9 @@ def _after_client_map(to_server, update_type, aggregator):
 
 def client_broadcast_type(broadcast_type: tff.Type,
                           client_state_type: tff.Type) -> tff.Type:
-  """The type a stateful client work receives: broadcast + 'client_state'."""
-  return tff.StructWithPythonType(
-      list(tff.structure.iter_elements(broadcast_type)) +
-      [(ground.CLIENT_STATE_KEY, client_state_type)], collections.OrderedDict)
+  """The type a stateful client work receives: a `ground.ClientInput`."""
+  return tff_types.named_tuple_type(ground.ClientInput, broadcast_type,
+                                    client_state_type)
 
 
 # --- Checkpointing the training loop's {client_id: state} --------------------

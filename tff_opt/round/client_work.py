@@ -89,9 +89,10 @@ class LocalObjective:
       gradient comes from autodiff, never written by hand), or a
       `ground.PrecomputedHook`. `weights` is the list of trainable variables in
       model order; `broadcast` is what the distributor sent (a
-      `tff.learning.models.ModelWeights`, or a mapping whose
-      `'model_weights'` entry is one, plus the algorithm's extras, the
-      `'client_state'` of a stateful algorithm, and what `prepare_fn` added);
+      `tff.learning.models.ModelWeights`, or the algorithm's broadcast
+      NamedTuple whose `model_weights` field is one, a stateful algorithm's
+      `ground.ClientInput(broadcast, client_state)`, or what `prepare_fn`
+      made of it);
       `learning_rate` is this round's client learning rate eta (FedFOR
       divides by it). `tff_opt.round.penalties` has the algorithms'.
     look_ahead: `(weights, broadcast, *, learning_rate[, num_steps]) ->
@@ -458,9 +459,7 @@ def build_local_training(
     raise TypeError('passes must be a client_work.ClientPasses, got '
                     f'{type(passes).__name__}.')
   prepare_fn = passes.prepare_fn
-  if not isinstance(client_weighting, tff.learning.ClientWeighting):
-    raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
-                    f'got {client_weighting!r}.')
+  ground.check_client_weighting(client_weighting)
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(

@@ -1,24 +1,24 @@
 """Distributors: what the server broadcasts to the clients each round.
 
 FedOpt broadcasts the model alone (`tff.learning.templates.
-build_broadcast_process`). Algorithms that broadcast more send a mapping
-
-    {'model_weights': w_t, <extra name>: <extra value>, ...}
-
-which the shared client work unpacks with `ground.model_weights_of`;
-penalties read their extras from it by name.
+build_broadcast_process`). An algorithm that broadcasts more sends a
+NamedTuple of its own whose first field is `model_weights` (FedCurv's
+`fed_curv.Broadcast(model_weights, fisher_sum, fisher_weight_sum)`, ...):
+the shared client work finds the model with `ground.model_weights_of`, and
+the algorithm's penalty reads the rest by attribute.
 
 `with_previous_model` broadcasts the current and the previous global model
-(FedFOR's two-model broadcast; FedPTR reuses it): its own state is the model
-it broadcast last round.
+(`ground.TwoModels`: FedFOR's two-model broadcast; FedPTR reuses it): its
+own state is the model it broadcast last round.
 
-`with_finalizer_state` broadcasts extras computed from the finalizer's state
-(FedADC's global momentum, FedCurv's Fisher sums): the composer hands such a
-distributor `ground.ServerState(model_weights, finalizer_state)`.
+`with_finalizer_state` broadcasts what it computes from the model and the
+finalizer's state (FedADC's global momentum, FedCurv's Fisher sums): the
+composer hands such a distributor `ground.ServerState(model_weights,
+finalizer_state)`.
 """
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow_federated as tff
@@ -30,39 +30,40 @@ from tff_opt.round import ground
 def with_finalizer_state(
     model_weights_type: tff.Type,
     finalizer_state_type: tff.Type,
-    extras_fn: Callable[[Any], Mapping[str, Any]],
+    broadcast_fn: Callable[[Any, Any], tuple[Any, ...]],
 ) -> tff.learning.templates.DistributionProcess:
-  """Broadcasts the model and extras read from the finalizer's state.
+  """Broadcasts what `broadcast_fn` makes of the model and finalizer state.
 
   Args:
     model_weights_type: The unplaced `ModelWeights` type of the model.
     finalizer_state_type: The unplaced type of the finalizer's state (the
       member of `finalizer.initialize.type_signature.result`).
-    extras_fn: A TF function finalizer state -> `{name: tensor structure}`,
-      run at the server before the broadcast.
+    broadcast_fn: A TF function `(model_weights, finalizer_state) ->` the
+      algorithm's broadcast, a NamedTuple whose first field is
+      `model_weights` (module docstring), run at the server before the
+      broadcast.
 
   Returns:
     A stateless `DistributionProcess` whose value argument is a
     `ground.ServerState` and whose result, at the clients, is
-    `{'model_weights': ..., **extras_fn(finalizer_state)}`.
+    `broadcast_fn(model_weights, finalizer_state)`.
 
   Raises:
-    ValueError: If `extras_fn` returns the reserved name 'model_weights'.
+    TypeError: If `broadcast_fn`'s result is not a NamedTuple whose first
+      field is `model_weights`.
   """
-  server_type = tff.StructWithPythonType(
-      list(zip(ground.ServerState._fields,
-               (model_weights_type, finalizer_state_type))),
-      ground.ServerState)
+  server_type = tff_types.named_tuple_type(
+      ground.ServerState, model_weights_type, finalizer_state_type)
 
   @tff.tensorflow.computation(server_type)
   def broadcast_value(server_state):
-    extras = extras_fn(server_state.finalizer_state)
-    if ground.MODEL_WEIGHTS_KEY in extras:
-      raise ValueError("extras_fn must not return the reserved key "
-                       f"'{ground.MODEL_WEIGHTS_KEY}'.")
-    return collections.OrderedDict(
-        [(ground.MODEL_WEIGHTS_KEY, server_state.model_weights)] +
-        list(extras.items()))
+    value = broadcast_fn(server_state.model_weights,
+                         server_state.finalizer_state)
+    if getattr(value, '_fields', ('',))[0] != ground.MODEL_WEIGHTS_KEY:
+      raise TypeError('broadcast_fn must return a NamedTuple whose first '
+                      f"field is '{ground.MODEL_WEIGHTS_KEY}', got "
+                      f'{type(value).__name__}.')
+    return value
 
   @tff.federated_computation
   def init_fn():
@@ -84,8 +85,7 @@ def with_previous_model(
     model_weights_type: tff.Type) -> tff.learning.templates.DistributionProcess:
   """Broadcasts the current and the previous global model.
 
-  Round t sends `{'model_weights': w_t, 'previous_model_weights': w_{t-1},
-  'has_previous': True}`; the first round, with no previous model, sends
+  Round t sends `ground.TwoModels(w_t, w_{t-1}, True)`; the first round, with no previous model, sends
   zeros as w_{t-1} and `has_previous` False. The previous model is the one
   this distributor broadcast in the round before (so after a rejected round
   w_{t-1} = w_t).
@@ -109,11 +109,8 @@ def with_previous_model(
 
   @tff.tensorflow.computation(state_type, model_weights_type)
   def broadcast_value(state, weights):
-    return collections.OrderedDict([
-        (ground.MODEL_WEIGHTS_KEY, weights),
-        (ground.PREVIOUS_MODEL_KEY, state[ground.PREVIOUS_MODEL_KEY]),
-        (ground.HAS_PREVIOUS_KEY, state[ground.HAS_PREVIOUS_KEY]),
-    ])
+    return ground.TwoModels(weights, state[ground.PREVIOUS_MODEL_KEY],
+                            state[ground.HAS_PREVIOUS_KEY])
 
   @tff.tensorflow.computation(model_weights_type)
   def remember(weights):

@@ -1,8 +1,10 @@
 """The ground floor of `tff_opt/round/`: the names its modules share.
 
-The string keys of the structures that cross slots (broadcast, client
-update, aggregate, server and client state, hook arguments), the broadcast
-type of a state-reading distributor (`ServerState`), the penalty hook
+The string keys of the structures that cross slots (client update,
+aggregate, server and client state, hook arguments), the types of what a
+state-reading distributor receives (`ServerState`), of the two-model
+broadcast (`TwoModels`) and of a stateful client's input (`ClientInput`),
+the penalty hook
 split into per-client and per-step parts (`PrecomputedHook`) and the small
 helpers every slot calls (`model_weights_of`, `features_and_labels`,
 `unconverted`, ...). Each key is defined here once; the module that uses a
@@ -29,13 +31,12 @@ NUM_STEPS_KEY = 'num_steps'
 # The loss hook's context entry of the client's statistics (FedADC+).
 CLIENT_STATS_KEY = 'client_stats'
 
-# A broadcast beyond the model: the model's entry, the previous model and
-# whether there is one (`distributors.with_previous_model`: FedFOR,
-# client-side FedPTR), a stateful client's state (`client_states`).
+# The names of a broadcast's model (`Broadcast`s' first field) and of the
+# previous model and whether there is one (`TwoModels`, also the state of
+# `distributors.with_previous_model` and of client-side FedPTR).
 MODEL_WEIGHTS_KEY = 'model_weights'
 PREVIOUS_MODEL_KEY = 'previous_model_weights'
 HAS_PREVIOUS_KEY = 'has_previous'
-CLIENT_STATE_KEY = 'client_state'
 # The flag of a client state that is a client's own once it took part (the
 # initial state's is False; SCAFFOLD's c_i, FedBN's batch norm).
 INITIALIZED_KEY = 'initialized'
@@ -58,6 +59,28 @@ class ServerState(NamedTuple):
   """What a state-reading distributor receives at the server."""
   model_weights: Any
   finalizer_state: Any
+
+
+# What the clients receive. FedOpt's broadcast is the `ModelWeights` alone.
+# An algorithm that broadcasts more defines its broadcast as a NamedTuple
+# whose first field is `model_weights` (FedCurv's `fed_curv.Broadcast`,
+# SCAFFOLD's, FedADC's `momentum.Broadcast`, ...), so that its penalty reads
+# `broadcast.fisher_sum`, not a key spelled in two modules.
+
+
+class TwoModels(NamedTuple):
+  """The current and the previous global model (FedFOR, client-side FedPTR):
+  `distributors.with_previous_model`'s broadcast."""
+  model_weights: Any
+  previous_model_weights: Any
+  has_previous: Any  # False in the first round, when w_{t-1} is zeros.
+
+
+class ClientInput(NamedTuple):
+  """What a stateful algorithm's client work receives: the round's
+  broadcast and the client's own state (`client_states.compose`)."""
+  broadcast: Any
+  client_state: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,12 +187,23 @@ def model_to_overwrite(model_fn):
   return model_fn()
 
 
+def check_client_weighting(client_weighting: Any) -> None:
+  """Raises TypeError unless `client_weighting` is a
+  `tff.learning.ClientWeighting` (what both client works weight by)."""
+  if not isinstance(client_weighting, tff.learning.ClientWeighting):
+    raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
+                    f'got {client_weighting!r}.')
+
+
 @unconverted
 def model_weights_of(broadcast: Any) -> tff.learning.models.ModelWeights:
-  """Returns the model weights inside what a distributor broadcast."""
+  """Returns the model weights inside what a distributor broadcast (or a
+  `ClientInput` of it)."""
   if isinstance(broadcast, tff.learning.models.ModelWeights):
     return broadcast
-  return broadcast[MODEL_WEIGHTS_KEY]
+  if isinstance(broadcast, ClientInput):
+    return model_weights_of(broadcast.broadcast)
+  return broadcast.model_weights
 
 
 def features_and_labels(batch) -> tuple[Any, Any]:

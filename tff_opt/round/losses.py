@@ -65,17 +65,21 @@ Choices written down here (each tested in `tests/test_losses.py`):
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.round import ground
 
-# FedGKD's broadcast extras: the sum of the previous global models kept in
-# the server's buffer, and how many they are.
-GKD_HISTORY_SUM_KEY = 'gkd_history_sum'
-GKD_HISTORY_COUNT_KEY = 'gkd_history_count'
+
+
+class ModelHistory(NamedTuple):
+  """FedGKD's broadcast (`algorithms/fed_gkd.py`): w_t and the previous
+  global models kept in the server's buffer, as their sum and number."""
+  model_weights: Any
+  history_sum: Any  # Per trainable variable, over the buffer's n models.
+  history_count: Any  # n, float32.
 
 
 # --- Pieces ------------------------------------------------------------------
@@ -343,9 +347,8 @@ def build_restricted_softmax_loss(alpha: float) -> LossFnBuilder:
 def build_gkd_loss(gamma: float, temperature: float) -> LossFnBuilder:
   """FedGKD's `loss_fn_builder`: `fed_gkd_loss`, teacher = w_bar.
 
-  The broadcast carries w_t and, under `GKD_HISTORY_SUM_KEY` and
-  `GKD_HISTORY_COUNT_KEY`, the sum and number of the previous global models
-  in the server's buffer; the teacher's trainable weights are their mean
+  The broadcast (a `ModelHistory`) carries w_t and the sum and number of
+  the previous global models in the server's buffer; the teacher's trainable weights are their mean
   with w_t (`gkd_teacher_weights`), its non-trainable ones w_t's.
   """
 
@@ -356,8 +359,8 @@ def build_gkd_loss(gamma: float, temperature: float) -> LossFnBuilder:
       del model, context
       current = ground.model_weights_of(broadcast)
       _assign(teacher_weights.trainable, gkd_teacher_weights(
-          current.trainable, broadcast[GKD_HISTORY_SUM_KEY],
-          broadcast[GKD_HISTORY_COUNT_KEY]))
+          current.trainable, broadcast.history_sum,
+          broadcast.history_count))
       _assign(teacher_weights.non_trainable, current.non_trainable)
       x, y = ground.features_and_labels(batch)
       teacher_logits = teacher.predict_on_batch(x, training=False)

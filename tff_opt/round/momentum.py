@@ -54,7 +54,7 @@ Choices written down here:
 import collections
 import functools
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -70,6 +70,12 @@ STEP_KEY = 'step'
 ACCUMULATOR_KEY = 'accumulator'
 
 
+class Broadcast(NamedTuple):
+  """FedADC's (and SlowMo's) broadcast: w_t and the global momentum m_t."""
+  model_weights: Any
+  momentum: Any  # m_t, in the order of the trainable weights.
+
+
 def _momentum_scale(beta_local: float, num_steps: tf.Tensor) -> tf.Tensor:
   """beta_local / H, with H >= 1 (a client without batches takes no step)."""
   steps = tf.maximum(tf.cast(num_steps, tf.float32), 1.0)
@@ -81,8 +87,7 @@ def embedded_momentum(broadcast, *, learning_rate, num_steps,
   """m_bar = beta_local * m_t / H, the per-client constant of both hooks.
 
   Args:
-    broadcast: `{'model_weights': ..., 'momentum': m_t}` (m_t in the order
-      of the trainable weights).
+    broadcast: A `Broadcast` (w_t, m_t).
     learning_rate: Unused (the step's eta is the optimizer's).
     num_steps: H, the client's number of local steps this round.
     beta_local: beta_local of Algorithm 3.
@@ -92,7 +97,7 @@ def embedded_momentum(broadcast, *, learning_rate, num_steps,
   """
   del learning_rate
   scale = _momentum_scale(beta_local, num_steps)
-  return [scale * m for m in broadcast[MOMENTUM_KEY]]
+  return [scale * m for m in broadcast.momentum]
 
 
 def linear_step(weights, m_bar) -> tf.Tensor:
@@ -108,8 +113,8 @@ def embedded_momentum_hook(beta_local: float
 
   Its gradient is m_bar. m_bar is computed once per client
   (`embedded_momentum`), the product at every step (`linear_step`); called
-  as `hook(weights, broadcast, *, learning_rate, num_steps)` (a broadcast
-  `{'model_weights': ..., 'momentum': m_t}`) it returns the penalty's value.
+  as `hook(weights, broadcast, *, learning_rate, num_steps)` (a
+  `Broadcast`) it returns the penalty's value.
   """
   return ground.PrecomputedHook(
       functools.partial(embedded_momentum, beta_local=beta_local),
@@ -121,7 +126,7 @@ def look_ahead_offsets(broadcast, *, learning_rate, num_steps,
   """-eta * m_bar, the Nesterov look-ahead offsets (constant in a round)."""
   scale = tf.cast(learning_rate, tf.float32) * _momentum_scale(
       beta_local, num_steps)
-  return [-scale * m for m in broadcast[MOMENTUM_KEY]]
+  return [-scale * m for m in broadcast.momentum]
 
 
 def nesterov_look_ahead_hook(beta_local: float
@@ -291,6 +296,6 @@ def build_fedadc_finalizer(
   return tff.learning.templates.FinalizerProcess(init_fn, next_fn)
 
 
-def momentum_extras(finalizer_state) -> dict[str, Any]:
-  """`extras_fn` for `distributors.with_finalizer_state`: broadcasts m_t."""
-  return {MOMENTUM_KEY: finalizer_state[MOMENTUM_KEY]}
+def momentum_broadcast(model_weights, finalizer_state) -> Broadcast:
+  """`broadcast_fn` for `distributors.with_finalizer_state`: w_t and m_t."""
+  return Broadcast(model_weights, finalizer_state[MOMENTUM_KEY])

@@ -30,12 +30,12 @@ is `<name>_hook(...)(weights, broadcast, learning_rate=eta)`.
     local_drift_hook           FedDC     (alpha/2) ||w + h_i - w_t||^2
                                          + (1/(eta K)) <w, g_i - g>
 
-Broadcast entries read here (names are module constants):
-`previous_model_weights` and `has_previous` (FedFOR, from
-`distributors.with_previous_model`), `fisher_sum` and `fisher_weight_sum`
-(FedCurv's u and v), `control_variate` (SCAFFOLD's c) and `client_state`
-(the client's own state, added by `client_states`; FedDyn's g_k is its
-`local_gradient`).
+What each penalty reads is typed: the broadcasts are NamedTuples defined
+here beside the penalty that reads them (`FisherSums`: FedCurv's u and v;
+`ControlVariate`: SCAFFOLD's c; `GlobalUpdate`: FedDC's g) or in `ground`
+(`TwoModels`: FedFOR's w_t and w_{t-1}); a stateful client's penalty gets
+a `ground.ClientInput(broadcast, client_state)`, its state keyed by the
+constants below (FedDyn's g_k is its `local_gradient`).
 
 Choice: FedFOR's U (the paper: U(x) = x for x >= 0, else 0) needs a
 derivative at 0, and every coordinate sits at 0 at the start of local
@@ -50,15 +50,30 @@ extrapolation of the last global step by alpha. The binary's
 """
 
 import functools
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
 from tff_opt.round import ground
 
+# The finalizer-state and client-state keys of the quantities below.
 FISHER_SUM_KEY = 'fisher_sum'
 FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'
 CONTROL_VARIATE_KEY = 'control_variate'
 LOCAL_GRADIENT_KEY = 'local_gradient'
+
+
+class FisherSums(NamedTuple):
+  """FedCurv's broadcast (`algorithms/fed_curv.py`, stateless variant)."""
+  model_weights: Any
+  fisher_sum: Any  # u = sum_k diag(F_k), shaped like the trainables.
+  fisher_weight_sum: Any  # v = sum_k diag(F_k) * w_k.
+
+
+class ControlVariate(NamedTuple):
+  """SCAFFOLD's broadcast (`algorithms/scaffold.py`)."""
+  model_weights: Any
+  control_variate: Any  # The server's c, shaped like the trainables.
 
 
 def _sum(tensors) -> tf.Tensor:
@@ -93,8 +108,7 @@ def first_order_positive_constants(broadcast, *, learning_rate, alpha):
   The scale is 0 when the broadcast's `has_previous` is false (first round).
 
   Args:
-    broadcast: A mapping with `model_weights` (w_t), `previous_model_weights`
-      (w_{t-1}) and `has_previous` (a boolean scalar).
+    broadcast: A `ground.TwoModels` (w_t, w_{t-1}, has_previous).
     learning_rate: The client learning rate eta.
     alpha: The penalty strength, >= 0.
 
@@ -103,9 +117,9 @@ def first_order_positive_constants(broadcast, *, learning_rate, alpha):
     scale a float32 scalar.
   """
   current = ground.model_weights_of(broadcast).trainable
-  previous = broadcast[ground.PREVIOUS_MODEL_KEY].trainable
+  previous = broadcast.previous_model_weights.trainable
   direction = [p - c for c, p in zip(current, previous)]
-  scale = tf.cast(broadcast[ground.HAS_PREVIOUS_KEY], tf.float32) * (
+  scale = tf.cast(broadcast.has_previous, tf.float32) * (
       alpha / tf.cast(learning_rate, tf.float32))
   return list(current), direction, scale
 
@@ -178,8 +192,8 @@ def elastic_constants(broadcast, *, learning_rate, lam):
   clamped at 0 before the square root; v / sqrt(u) is 0 where u is 0.
 
   Args:
-    broadcast: A mapping with `fisher_sum` (u) and `fisher_weight_sum` (v),
-      each a list shaped like the trainable weights.
+    broadcast: A `FisherSums` (or any broadcast with its `fisher_sum` u
+      and `fisher_weight_sum` v, each a list shaped like the trainables).
     learning_rate: Unused.
     lam: The penalty strength lambda, >= 0.
 
@@ -188,9 +202,9 @@ def elastic_constants(broadcast, *, learning_rate, lam):
     model order, and lam.
   """
   del learning_rate
-  root = [tf.sqrt(tf.maximum(u, 0.0)) for u in broadcast[FISHER_SUM_KEY]]
+  root = [tf.sqrt(tf.maximum(u, 0.0)) for u in broadcast.fisher_sum]
   target = [tf.math.divide_no_nan(v, r)
-            for v, r in zip(broadcast[FISHER_WEIGHT_SUM_KEY], root)]
+            for v, r in zip(broadcast.fisher_weight_sum, root)]
   return root, target, lam
 
 
@@ -256,14 +270,15 @@ def linear_correction(weights, broadcast, *, learning_rate) -> tf.Tensor:
 
   Args:
     weights: The trainable variables, in model order.
-    broadcast: A mapping with `control_variate` and `client_state`.
+    broadcast: A `ground.ClientInput` of a `ControlVariate` and the
+      client's state.
     learning_rate: Unused.
 
   Returns:
     A scalar tensor.
   """
   del learning_rate
-  c = broadcast[CONTROL_VARIATE_KEY]
+  c = broadcast.broadcast.control_variate
   c_i = effective_client_control_variate(broadcast)
   return _sum([w * (a - b) for w, a, b in zip(weights, c, c_i)])
 
@@ -278,7 +293,8 @@ def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
 
   Args:
     weights: The trainable variables, in model order.
-    broadcast: A mapping with `model_weights` (w_t) and `client_state`.
+    broadcast: A `ground.ClientInput` of the model (w_t) and the client's
+      state.
     learning_rate: Unused.
     alpha: The regularization strength, > 0.
 
@@ -287,7 +303,7 @@ def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
   """
   del learning_rate
   anchor = ground.model_weights_of(broadcast).trainable
-  g = broadcast[ground.CLIENT_STATE_KEY][LOCAL_GRADIENT_KEY]
+  g = broadcast.client_state[LOCAL_GRADIENT_KEY]
   return _sum([
       0.5 * alpha * tf.square(w - a) - gk * w
       for w, a, gk in zip(weights, anchor, g)
@@ -295,9 +311,10 @@ def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
 
 
 def effective_client_control_variate(broadcast):
-  """c_i, or the server's c for a client seen for the first time."""
-  state = broadcast[ground.CLIENT_STATE_KEY]
-  c = broadcast[CONTROL_VARIATE_KEY]
+  """c_i, or the server's c for a client seen for the first time (of a
+  `ground.ClientInput` of a `ControlVariate`)."""
+  state = broadcast.client_state
+  c = broadcast.broadcast.control_variate
   return [
       tf.where(state[ground.INITIALIZED_KEY], own, server)
       for own, server in zip(state[CONTROL_VARIATE_KEY], c)
@@ -313,6 +330,12 @@ LOCAL_UPDATE_KEY = 'local_update'
 GLOBAL_UPDATE_KEY = 'global_update'
 
 
+class GlobalUpdate(NamedTuple):
+  """FedDC's broadcast (`algorithms/fed_dc.py`)."""
+  model_weights: Any
+  global_update: Any  # g, shaped like the trainables.
+
+
 def local_drift_constants(broadcast, *, learning_rate, num_steps, alpha):
   """FedDC's per-client constants: (w - h_i, (g_i - g) / (eta K), alpha).
 
@@ -320,8 +343,8 @@ def local_drift_constants(broadcast, *, learning_rate, num_steps, alpha):
   step never evaluates the penalty).
 
   Args:
-    broadcast: A mapping with `model_weights` (w), `global_update` (g) and
-      `client_state` holding `drift` (h_i) and `local_update` (g_i), each
+    broadcast: A `ground.ClientInput` of a `GlobalUpdate` (w, g) and the
+      client's state holding `drift` (h_i) and `local_update` (g_i), each
       a list shaped like the trainable weights.
     learning_rate: The client learning rate eta.
     num_steps: The client's number of local steps K this round.
@@ -332,13 +355,13 @@ def local_drift_constants(broadcast, *, learning_rate, num_steps, alpha):
     as lists in model order, and alpha.
   """
   anchor = ground.model_weights_of(broadcast).trainable
-  state = broadcast[ground.CLIENT_STATE_KEY]
+  state = broadcast.client_state
   target = [w - h for w, h in zip(anchor, state[DRIFT_KEY])]
   scale = tf.math.divide_no_nan(
       1.0, tf.cast(learning_rate, tf.float32) *
       tf.cast(num_steps, tf.float32))
   correction = [(own - server) * scale for own, server in zip(
-      state[LOCAL_UPDATE_KEY], broadcast[GLOBAL_UPDATE_KEY])]
+      state[LOCAL_UPDATE_KEY], broadcast.broadcast.global_update)]
   return target, correction, alpha
 
 

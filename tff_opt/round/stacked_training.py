@@ -765,9 +765,7 @@ def build_stacked_local_training(
       of the model's.
   """
   check_objective(objective)
-  if not isinstance(client_weighting, tff.learning.ClientWeighting):
-    raise TypeError('client_weighting must be a tff.learning.ClientWeighting, '
-                    f'got {client_weighting!r}.')
+  ground.check_client_weighting(client_weighting)
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
