@@ -12,6 +12,7 @@ import pytest
 import tensorflow_federated as tff
 
 from binaries import train
+from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_adc
 from tff_opt.algorithms import fed_curv
@@ -22,6 +23,7 @@ from tff_opt.algorithms import fed_ptr
 from tff_opt.algorithms import fed_rs
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import moon
+from tff_opt.program import flag_adapters
 from tff_opt.program import registry
 
 UNIFORM = tff.learning.ClientWeighting.UNIFORM
@@ -182,3 +184,46 @@ def test_define_flag_gives_the_declared_bounds():
   assert values.fedfor_grad_at_zero == '1'
   with pytest.raises(flags.IllegalFlagValueError):
     values(['prog', '--fedrs_alpha=2'])
+
+
+# --- The declared bounds are the library's ------------------------------------
+
+# Valid values of the flags an algorithm needs, for building it with one
+# other flag out of range.
+_NEEDED_VALUES = {'lam': 1.0, 'mu': 0.1, 'moon_mu': 1.0}
+
+
+def _out_of_range_cases():
+  """(algorithm, flag, value just outside a declared bound) for each bound."""
+  cases = []
+  for name, algorithm in sorted(registry.ALGORITHMS.items()):
+    for hparam in algorithm.spec.hparams:
+      if hparam.kind not in ('float', 'integer'):
+        continue
+      step = 1 if hparam.kind == 'integer' else 1e-3
+      if hparam.lower is not None:
+        cases.append((name, hparam.flag, hparam.lower - step))
+      if hparam.upper is not None:
+        cases.append((name, hparam.flag, hparam.upper + step))
+  return cases
+
+
+@pytest.mark.parametrize('name, flag, value', _out_of_range_cases(),
+                         ids=lambda x: str(x))
+def test_the_library_refuses_what_the_declaration_refuses(name, flag, value):
+  # The flag parser refuses these values (the declared bounds are its
+  # bounds); a program calling the registry directly must be refused by the
+  # library's own checks as well, before anything is built, with an error
+  # naming the flag: the declaration and the checks cannot drift apart.
+  algorithm = registry.ALGORITHMS[name]
+  settings = {h.flag: _NEEDED_VALUES.get(h.flag, h.default)
+              for h in algorithm.spec.hparams}
+  settings[flag] = value
+  with pytest.raises(ValueError) as error:
+    registry.build_process(
+        name, tiny.model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+        client_weighting=NUM_EXAMPLES, client_lr_schedule=None,
+        client_learning_rate=0.1, num_clients=4, client_epochs=1, **settings)
+  assert flag in str(error.value)
