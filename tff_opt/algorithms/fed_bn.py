@@ -282,9 +282,9 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
       return sent[0][1]
     return collections.OrderedDict(sent)
 
-  def client_state_update(merged, update):
+  def client_state_update(client_input, update):
     local = update[LOCAL_KEY]
-    start = _bn_entries(ground.model_weights_of(merged), variables)
+    start = _bn_entries(ground.model_weights_of(client_input), variables)
     finite = local[FINITE_KEY] > 0
     new_state = collections.OrderedDict([(BATCH_NORM_KEY,
                                           collections.OrderedDict([
@@ -295,8 +295,8 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
             local[NON_TRAINABLE_KEY], start[NON_TRAINABLE_KEY])]),
     ]))])
     if stateful_base:
-      new_state[BASE_KEY] = base.client_state_update(merged,
-                                                     to_server(update))
+      new_state[BASE_KEY] = base.client_state_update(
+          client_input, to_server(update))
     return new_state
 
   return dataclasses.replace(

@@ -336,8 +336,8 @@ def with_shared_non_trainables(recipe: Recipe,
   client_state_update = None
   if recipe.client_state_update is not None:
 
-    def client_state_update(merged, update):
-      return recipe.client_state_update(merged, base_update(update))
+    def client_state_update(client_input, update):
+      return recipe.client_state_update(client_input, base_update(update))
 
   return dataclasses.replace(
       recipe,

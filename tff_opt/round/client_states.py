@@ -23,7 +23,7 @@ broadcast (which may read the finalizer's state, as in
 `composers.compose_learning_process`) is paired per client with that
 client's state (`ground.ClientInput(broadcast, client_state)`); the client
 work trains on that; the
-new client state is `client_state_update(merged_broadcast, update)`, at the
+new client state is `client_state_update(client_input, update)`, at the
 client; the aggregator and finalizer then run as usual. The per-client
 communication (`communication/bytes_server_to_client`, the broadcast
 without the client's own state, and `bytes_client_to_server`, the update)
@@ -228,7 +228,7 @@ def compose(
   """
   client_state_type = tff_types.type_of(initial_client_state)
   broadcast_type = distributor.next.type_signature.result.result.member
-  merged_type = client_work.next.type_signature.parameter[1].member
+  input_type = client_work.next.type_signature.parameter[1].member
   data_type = client_work.next.type_signature.parameter[2]
   update_type = client_work.next.type_signature.result.result.member.update
   sent_type = update_type
@@ -245,9 +245,9 @@ def compose(
       return client_input_fn(broadcast, client_state)
     return ground.ClientInput(broadcast, client_state)
 
-  @tff.tensorflow.computation(merged_type, update_type)
-  def new_client_state(merged, update):
-    return client_state_update(merged, update)
+  @tff.tensorflow.computation(input_type, update_type)
+  def new_client_state(client_input, update):
+    return client_state_update(client_input, update)
 
   parts = (distributor, client_work, aggregator, finalizer)
   init_fn = composers.initialize_fn(initial_model_weights_fn, *parts)
@@ -263,12 +263,12 @@ def compose(
       tff.FederatedType(client_state_type, tff.CLIENTS),
       tff.FederatedType(np.int32, tff.CLIENTS))
   def next_fn(state, client_data, client_states, client_positions):
-    new_state, metrics, merged, client_output = composers.run_round(
+    new_state, metrics, client_input, client_output = composers.run_round(
         state, client_data, *parts,
         to_clients=lambda broadcast: tff.federated_map(
             merge, (broadcast, client_states)))
     updated_states = tff.federated_map(
-        new_client_state, (merged, client_output.result.update))
+        new_client_state, (client_input, client_output.result.update))
     updated_states = tff.federated_map(
         with_position, (client_positions, updated_states))
     metrics['communication'] = tff.federated_value(bytes_metrics, tff.SERVER)
