@@ -49,7 +49,9 @@ Choices the papers leave open, made here:
 * **FedCurv's CNN** ("the CNN architecture from the MNIST PyTorch example"):
   conv3x3 32 relu -> conv3x3 64 relu -> maxpool 2 -> dropout 0.25 -> flatten
   -> dense 128 relu -> dropout 0.5 -> dense 10 (valid convolutions; 9216
-  features for 28x28 inputs; 1,199,882 parameters).
+  features for 28x28 inputs; 1,199,882 parameters). Its dropout is
+  `tff_opt.layers.StatelessDropout` (masks seeded by the layer's input), so
+  its runs repeat bit for bit.
 * **FedADC's CNN** (Sec. IV-B: "4 convolutional layers and 4 fully connected
   layers with no batch normalization ... Maxpooling is also utilized"): the
   widths are not given; we use conv3x3 'same' relu with 32, 32, 64, 64
@@ -92,6 +94,7 @@ import tensorflow as tf
 
 from tasks import models
 from tasks import models_resnet
+from tff_opt import layers
 
 NORMS = ('batch', 'group')
 # models_resnet's building blocks, shared with its ResNet-18.
@@ -272,10 +275,10 @@ def create_fedcurv_cnn(input_shape=(28, 28, 1),
       tf.keras.layers.Conv2D(32, 3, activation='relu'),
       tf.keras.layers.Conv2D(64, 3, activation='relu'),
       tf.keras.layers.MaxPooling2D(2),
-      tf.keras.layers.Dropout(0.25),
+      layers.StatelessDropout(0.25, salt=0),
       tf.keras.layers.Flatten(),
       tf.keras.layers.Dense(128, activation='relu'),
-      tf.keras.layers.Dropout(0.5),
+      layers.StatelessDropout(0.5, salt=1),
       tf.keras.layers.Dense(num_classes),
   ], name='fedcurv_cnn')
 

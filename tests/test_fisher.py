@@ -11,6 +11,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import emnist
+from tff_opt import layers
 from tff_opt.algorithms import fed_curv
 from tff_opt.round import fisher
 
@@ -110,13 +111,15 @@ def _numpy_per_example_fisher(w1, b1, w2, b2, x, y):
   return [s / len(y) for s in sums]
 
 
-def test_dense_model_matches_numpy_per_example_gradients():
+@pytest.mark.parametrize('dropout', [tf.keras.layers.Dropout,
+                                     layers.StatelessDropout])
+def test_dense_model_matches_numpy_per_example_gradients(dropout):
   tf.keras.utils.set_random_seed(9)
   model = _wrap(tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(2, 3)),
       tf.keras.layers.Flatten(),
       tf.keras.layers.Dense(5, activation='tanh'),
-      tf.keras.layers.Dropout(0.5),
+      dropout(0.5),
       tf.keras.layers.Dense(4),
   ]), (2, 3))
   x, y, dataset = _dataset((2, 3), 4, 9, seed=10)

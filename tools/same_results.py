@@ -13,9 +13,10 @@ compares each pair of runs:
   `eval_loss` differs in its last float32 bit from run to run of the same
   code (the evaluation's summation order), while the states do not.
 
-Only models without dropout are used: a `Dropout` layer's masks are not
-seeded inside TFF's client computation, so its runs differ from run to run
-(README, "The training binary").
+Only models without dropout are used. The two models with dropout
+(`fedcurv_cnn`, EMNIST-CR's CNN) repeat since their dropout became
+`tff_opt.layers.StatelessDropout`, but that change moved their results, so a
+base revision before it cannot match them.
 
 Usage:
 

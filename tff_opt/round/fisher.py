@@ -49,6 +49,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tff_opt import layers
 from tff_opt.round import ground
 
 try:  # TFF's Keras wrapper: the only `VariableModel` the fast path reads.
@@ -68,7 +69,7 @@ PARAMETER_FREE_LAYERS = tuple(
         'AlphaDropout', 'MaxPooling1D', 'MaxPooling2D', 'AveragePooling1D',
         'AveragePooling2D', 'GlobalMaxPooling1D', 'GlobalMaxPooling2D',
         'GlobalAveragePooling1D', 'GlobalAveragePooling2D', 'ZeroPadding2D',
-        'Cropping2D', 'UpSampling2D'))
+        'Cropping2D', 'UpSampling2D')) + (layers.StatelessDropout,)
 
 # Per-example tensors materialised at once (input patches, per-example
 # kernel gradients) are split into chunks of examples under this many
