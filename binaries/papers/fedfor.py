@@ -284,9 +284,14 @@ SPECS = (FEDFOR_T2, FEDFOR_T3, FEDFOR_T4, FEDFOR_T5)
 # 100, client SGD at a constant 0.01 without momentum, best accuracy up to
 # halfway and to the end. Batch 10, not the paper's 128: a client here holds
 # ~96 of MNIST-5k's images where the paper's held ~1,250 of CIFAR-10's, and
-# batch 10 keeps its ~10 local steps per epoch. ResNet20 with GroupNorm
-# (`resnet20_gn`): the paper's ResNet20 without depending on how batch-norm
-# statistics are aggregated.
+# batch 10 keeps its ~10 local steps per epoch.
+#
+# The model is `small_cnn`, not the paper's ResNet20. The issue asked for a
+# GroupNorm or BN-aggregating ResNet20 if a run fits in an hour, and the CNN
+# otherwise. Measured on 2026-11-26, before any run of this claim: a round
+# of `resnet20_gn` at E = 8 took 96-174 s on about 2/3 of a core, so a
+# 100-round run was ~4 h, and the claim's 23 runs (3 seeds) ~40 core-hours. With
+# `small_cnn` a round took 4-12 s (the same load), ~12 min a run.
 _FEDFOR_BASE = ('--algorithm=fedfor', '--server_opt=sgd', '--server_lr=1.0',
                 '--fedfor_grad_at_zero=0', *shared.UNIFORM)
 _FEDFOR_ALPHAS = ('0.05', '0.1', '0.2', '0.5', '1')
@@ -300,7 +305,7 @@ def _fedfor_claim() -> Claim:
                          *shared.task_options(partition='long_tail',
                                               long_tail_fraction=0.1,
                                               imbalance_ratio=0.01,
-                                              model='resnet20_gn'),
+                                              model='small_cnn'),
                          f'--client_epochs={e}'), rounds[e],
               (Measure('halfway', 'best_up_to', rounds[e] // 2),
                Measure('final', 'best_up_to', rounds[e])))
@@ -317,7 +322,8 @@ def _fedfor_claim() -> Claim:
           'MNIST-5k (real MNIST digits) for imbalanced CIFAR-10: each round '
           '10 fresh clients, each 10% of the training set trimmed to a long '
           'tail of imbalance ratio 0.01 (~96 images, ~2.4% of the set; the '
-          'paper: ~2.5%), ResNet20 with GroupNorm, client SGD at the '
+          'paper: ~2.5%), `small_cnn` (the paper\'s ResNet20 with '
+          'GroupNorm took ~4 h a run at E = 8 here), client SGD at the '
           'paper\'s constant lr 0.01 without momentum, batch 10 (the '
           'paper\'s 128 on ~1,250 CIFAR images gives ~10 steps per epoch, as '
           'batch 10 does here), E = 1 for 200 rounds and E = 8 for 100 as '
