@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import models_zoo
 from tests import tiny
 from tff_opt.round import contrastive
 
@@ -155,6 +156,25 @@ def test_the_projection_sub_model_shares_the_model_variables():
                              atol=1e-6)
   assert {v.ref() for v in sub.trainable_variables} == {
       v.ref() for v in model.trainable_variables[:2]}
+
+
+def test_a_second_training_pass_draws_the_forward_passs_dropout_masks():
+  # fedcurv_cnn_proj has two StatelessDropout layers before 'projection':
+  # the sub-model's training-mode z is the forward pass's, bit for bit.
+  tf.keras.utils.set_random_seed(6)
+  keras_model = models_zoo.create_model('fedcurv_cnn_proj', (12, 12, 1), 10)
+  model = tff.learning.models.from_keras_model(
+      keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(True),
+      input_spec=(tf.TensorSpec([None, 12, 12, 1]),
+                  tf.TensorSpec([None], tf.int32)))
+  sub = contrastive.projection_model(model)
+  head = tf.keras.Model(keras_model.inputs,
+                        keras_model.get_layer('projection').output)
+  x = tf.random.stateless_uniform([8, 12, 12, 1], (1, 2))
+  z = sub(x, training=True)
+  np.testing.assert_array_equal(z, head(x, training=True))
+  # Dropout is on: inference gives another z.
+  assert not np.array_equal(z, sub(x, training=False))
 
 
 def test_a_model_without_projection_layer_is_refused_by_name():

@@ -39,10 +39,12 @@ Choices written down here:
 - Local z: the loss hook sees the model's forward pass (`output`) but not
   its intermediate tensors, so z comes from a second pass of the local
   model's input-to-'projection' sub-model on the same batch, in training
-  mode, inside the same gradient tape. For a model without dropout or
-  batch norm (every `_proj` model of `tasks.models_zoo`) it is exactly the
-  z of the forward pass. With dropout its mask differs from the CE pass's;
-  with batch norm it normalises with the same batch statistics, and the
+  mode, inside the same gradient tape. For a model without batch norm
+  (every `_proj` model of `tasks.models_zoo`) it is exactly the z of the
+  forward pass, dropout included when it is `tff_opt.layers.
+  StatelessDropout` (`fedcurv_cnn_proj`'s): the same input draws the same
+  mask (a Keras `Dropout` would draw another). With batch norm it
+  normalises with the same batch statistics, and the
   moving statistics it would update a second time are restored (the model's
   non-trainable variables keep the values the forward pass left).
 - z_glob and z_prev come from two copies of the model (built once per
