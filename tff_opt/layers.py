@@ -37,9 +37,12 @@ them from one generator seeded by the run):
   its layer order.
 """
 
+import itertools
 from typing import Any
 
 import tensorflow as tf
+
+from tff_opt import checks
 
 
 class StatelessDropout(tf.keras.layers.Layer):
@@ -62,9 +65,7 @@ class StatelessDropout(tf.keras.layers.Layer):
       ValueError: If `rate` or `salt` is out of range.
     """
     super().__init__(**kwargs)
-    if not 0.0 <= float(rate) < 1.0:
-      raise ValueError(f'StatelessDropout: rate must be in [0, 1), got '
-                       f'{rate!r}.')
+    checks.check_unit_interval('StatelessDropout: rate', rate)
     if isinstance(salt, bool) or not isinstance(salt, int) or not (
         0 <= salt < 2**31):
       raise ValueError(f'StatelessDropout: salt must be an int in [0, 2**31), '
@@ -121,7 +122,7 @@ def with_stateless_dropout(model: tf.keras.Model) -> tf.keras.Model:
     ValueError: If a `Dropout` layer has a `noise_shape` (its mask would be
       shared along axes, which `StatelessDropout` does not do).
   """
-  count = [0]
+  salts = itertools.count()
 
   def clone(layer):
     if type(layer) is not tf.keras.layers.Dropout:  # pylint: disable=unidiomatic-typecheck
@@ -130,8 +131,7 @@ def with_stateless_dropout(model: tf.keras.Model) -> tf.keras.Model:
       raise ValueError(f'with_stateless_dropout: layer {layer.name!r} has '
                        f'noise_shape {layer.noise_shape}; only a dropout of '
                        'independent units can be replaced.')
-    count[0] += 1
-    return StatelessDropout(layer.rate, salt=count[0] - 1, name=layer.name)
+    return StatelessDropout(layer.rate, salt=next(salts), name=layer.name)
 
   copy = tf.keras.models.clone_model(model, clone_function=clone)
   copy.set_weights(model.get_weights())

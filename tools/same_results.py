@@ -120,6 +120,13 @@ def _last_checkpoint(run_dir: str) -> str:
   return max(names, key=lambda n: int(n.rsplit('_', 1)[1]))
 
 
+def _metrics_text(run_dir: str) -> list[dict[str, str]]:
+  # The cells as written (not `analysis.read_metrics`' floats), so that a
+  # changed text cell is a difference too.
+  with open(os.path.join(run_dir, 'metrics.csv'), newline='') as f:
+    return list(csv.DictReader(f))
+
+
 def _rel_diff(a: str, b: str) -> float:
   if a == b:
     return 0.0
@@ -141,10 +148,10 @@ def compare_runs(run_a: str, run_b: str) -> Comparison:
     ValueError: If a run has no checkpoint, or their last checkpoints are
       of different rounds.
   """
-  checkpoint = _last_checkpoint(run_a)
-  if _last_checkpoint(run_b) != checkpoint:
+  checkpoint, checkpoint_b = _last_checkpoint(run_a), _last_checkpoint(run_b)
+  if checkpoint_b != checkpoint:
     raise ValueError(f'{run_a} ends at {checkpoint}, {run_b} at '
-                     f'{_last_checkpoint(run_b)}.')
+                     f'{checkpoint_b}.')
   with np.load(os.path.join(run_a, 'checkpoints', checkpoint,
                             'state.npz')) as a, \
       np.load(os.path.join(run_b, 'checkpoints', checkpoint,
@@ -152,10 +159,7 @@ def compare_runs(run_a: str, run_b: str) -> Comparison:
     identical = sorted(a.files) == sorted(b.files) and all(
         a[k].dtype == b[k].dtype and np.array_equal(a[k], b[k])
         for k in a.files)
-  with open(os.path.join(run_a, 'metrics.csv')) as f:
-    rows_a = list(csv.DictReader(f))
-  with open(os.path.join(run_b, 'metrics.csv')) as f:
-    rows_b = list(csv.DictReader(f))
+  rows_a, rows_b = (_metrics_text(run) for run in (run_a, run_b))
   worst, columns = 0.0, []
   for row_a, row_b in zip(rows_a, rows_b):
     for column, value in row_a.items():
