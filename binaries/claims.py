@@ -20,8 +20,11 @@ departure named with its reason in `setting_text`), its grid (methods x
 settings, every point one `binaries.train` run, resumable), its checks and
 its tunings (`Tuning`: a hyper-parameter picked on seed `TUNING_SEED`,
 which no check reads, before the method's runs). Checks and tunings are
-fixed before the runs. The tunings' candidates run first, then the points
-seed by seed (seed 0 of every claim first), so an interrupted run has a
+fixed before the runs. A tuning that ranks by rounds to a target stops
+each candidate at the target (`binaries.train --stop_at`): its rounds to
+the target are known then, the pick is the one the full runs would give,
+and the candidate's other measures are unknown (its table cell is blank).
+The tunings' candidates run first, then the points seed by seed (seed 0 of every claim first), so an interrupted run has a
 first answer for every paper; running the same command again skips
 finished points and
 resumes the others from their checkpoints. Runs are one queue, `--parallel`
@@ -141,7 +144,8 @@ def points_of(claim: Claim, *, seeds: int, out_dir: str,
   """
   work_dir = claim_dir(out_dir, claim)
   tuning_points = [
-      p for t in claim.tunings for p in reproduce.grid(
+      _stopping_at(p, tuning_target(claim, t)) for t in claim.tunings
+      for p in reproduce.grid(
           claim.table(claim.candidates(t)), 'small', seeds=[TUNING_SEED],
           work_dir=work_dir, data_dir=data_dir)]
   tuned = values_of(claim, tuning_points)
@@ -156,6 +160,26 @@ def points_of(claim: Claim, *, seeds: int, out_dir: str,
   return tuning_points + reproduce.grid(
       claim.table(methods), 'small', seeds=seeds, work_dir=work_dir,
       data_dir=data_dir)
+
+
+def tuning_target(claim: Claim, tuning: Tuning) -> Optional[analysis.Target]:
+  """Where `tuning`'s candidates stop: its measure's target, if rounds to one.
+
+  Once a run reached the target its rounds to it cannot change, and a
+  candidate is run for that number only; `None` for any other measure
+  (the run's later rounds count).
+  """
+  measure = claim.measure(tuning.setting, tuning.measure)
+  if measure.kind != 'rounds_to':
+    return None
+  return analysis.Target(measure.metric, measure.arg)
+
+
+def _stopping_at(point: reproduce.Point,
+                 target: Optional[analysis.Target]) -> reproduce.Point:
+  if target is None:
+    return point
+  return dataclasses.replace(point, argv=(*point.argv, f'--stop_at={target}'))
 
 
 def waiting(claim: Claim, points: Sequence[reproduce.Point]) -> list[str]:
@@ -179,15 +203,24 @@ def run_name(claim_name: str, point: reproduce.Point) -> str:
 
 
 def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
-  """{(method, setting, measure): {seed: value}} of the finished points."""
+  """{(method, setting, measure): {seed: value}} of the finished points.
+
+  A run that stopped at its `--stop_at` target before its last round has
+  the rounds to each target it reached and no other measure (the rounds it
+  did not run would change them).
+  """
   values: dict[tuple[str, str, str], dict[int, Optional[float]]] = {}
   for p in points:
-    if not sweep.is_finished(p.output_dir, p.rounds):
+    if not analysis.is_finished(p.output_dir, p.rounds):
       continue
     rows = analysis.read_metrics(p.output_dir)
+    stopped = analysis.last_round(rows) < p.rounds
     for m in p.setting.measures:
+      value = reproduce.measure_value(rows, m, p.setting.rounds)
+      if stopped and (m.kind != 'rounds_to' or value is None):
+        continue
       values.setdefault((p.method.label, p.setting.label, m.label), {})[
-          p.seed] = reproduce.measure_value(rows, m, p.setting.rounds)
+          p.seed] = value
   return values
 
 
@@ -200,7 +233,7 @@ def eval_sizes_of(points: Sequence[reproduce.Point]) -> dict[str, int]:
   """
   sizes: dict[str, int] = {}
   for p in points:
-    if not sweep.is_finished(p.output_dir, p.rounds):
+    if not analysis.is_finished(p.output_dir, p.rounds):
       continue
     for row in reversed(analysis.read_metrics(p.output_dir)):
       n = row.get('eval_num_tokens') or row.get('eval_num_examples')
@@ -352,7 +385,7 @@ def write_reports(claims: Sequence[Claim],
              render_claim(claim, values, seeds=seeds, eval_sizes=sizes))
       plot_curves(claim, points, os.path.join(work, CURVES_PNG))
     overall, results = evaluate(claim, values, sizes)
-    finished = sum(sweep.is_finished(p.output_dir, p.rounds) for p in points)
+    finished = sum(analysis.is_finished(p.output_dir, p.rounds) for p in points)
     checks = '<br>'.join(f'{c.describe()}: {v} ({n})'
                          for c, v, n in results)
     summary.append(
@@ -483,7 +516,7 @@ def main(argv: Sequence[str],
     if FLAGS.dry_run:
       for _, p in ordered:
         done = (' # finished, would be skipped'
-                if sweep.is_finished(p.output_dir, p.rounds) else '')
+                if analysis.is_finished(p.output_dir, p.rounds) else '')
         print('python -m binaries.train ' + ' '.join(p.argv) + done)
       return
     if not jobs:
@@ -525,7 +558,7 @@ def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
     if other.name not in summarised:
       points = points_of(other, seeds=FLAGS.seeds, out_dir=FLAGS.out_dir,
                          data_dir=FLAGS.data_dir)
-      if any(sweep.is_finished(p.output_dir, p.rounds) for p in points):
+      if any(analysis.is_finished(p.output_dir, p.rounds) for p in points):
         summarised[other.name] = points
   return points_by_claim, summarised
 

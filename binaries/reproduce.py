@@ -313,7 +313,7 @@ def check_points(points: Sequence[Point], *, where: str,
                        f'its flags: {e}') from e
     finally:
       train.FLAGS.unparse_flags()
-    if os.path.exists(os.path.join(p.output_dir, train.HPARAMS_FILE)):
+    if os.path.exists(os.path.join(p.output_dir, analysis.HPARAMS_FILE)):
       # A run to resume: refused now if it was made with other settings,
       # rather than when its turn comes.
       try:
@@ -437,7 +437,7 @@ def collect(table: paper_tables.Table, scale: str,
     for setting in spec.settings:
       group = by_cell.get((method.label, setting.label), [])
       finished = [p for p in group
-                  if sweep.is_finished(p.output_dir, p.rounds)]
+                  if analysis.is_finished(p.output_dir, p.rounds)]
       rows_of = [analysis.read_metrics(p.output_dir) for p in finished]
       for measure in setting.measures:
         values = [measure_value(rows, measure, setting.rounds)
@@ -649,7 +649,7 @@ def main(argv: Sequence[str],
   if FLAGS.dry_run:
     for p in points:
       done = (' # finished, would be skipped'
-              if sweep.is_finished(p.output_dir, p.rounds) else '')
+              if analysis.is_finished(p.output_dir, p.rounds) else '')
       print('python -m binaries.train ' + ' '.join(p.argv) + done)
     return
   jobs = [sweep.Job(name=p.name, argv=p.argv, output_dir=p.output_dir,

@@ -210,15 +210,6 @@ def train_argv(point: GridPoint, *, task: str, algorithm: str,
   return argv
 
 
-def is_finished(output_dir: str, rounds: int) -> bool:
-  """Whether `output_dir/metrics.csv` holds every round 1..`rounds`."""
-  try:
-    rows = analysis.read_metrics(output_dir)
-  except FileNotFoundError:
-    return False
-  return set(range(1, rounds + 1)) <= {r['round'] for r in rows}
-
-
 # The `binaries.train` processes `subprocess_launcher` is waiting for.
 _RUNNING: set[subprocess.Popen] = set()
 _RUNNING_LOCK = threading.Lock()
@@ -297,8 +288,8 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
              log: Callable[[str], None] = print) -> dict[str, str]:
   """Runs the jobs not finished yet, at most `parallel` at once.
 
-  A job is finished when `is_finished(job.output_dir, job.rounds)`; the
-  others are launched (an unfinished one resumes from its checkpoints, as
+  A job is finished when `analysis.is_finished(job.output_dir,
+  job.rounds)`; the others are launched (an unfinished one resumes from its checkpoints, as
   `binaries.train` does), each logging to `<logs_dir>/<name>.log`, unless,
   when its turn comes, another process is writing its directory
   (`output_lock.holder`): that one is left to it.
@@ -334,7 +325,7 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
   outcome = {}
   todo = []
   for job in jobs:
-    if is_finished(job.output_dir, job.rounds):
+    if analysis.is_finished(job.output_dir, job.rounds):
       outcome[job.name] = 'skipped'
       log(f'{job.name}: finished before, skipped')
     else:
@@ -352,7 +343,7 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     with lock:
       log(f'{job.name}: started (log {log_path})')
     status = launcher(list(job.argv), log_path)
-    ok = status == 0 and is_finished(job.output_dir, job.rounds)
+    ok = status == 0 and analysis.is_finished(job.output_dir, job.rounds)
     if not ok and _STOPPING.is_set():  # Stopped by us: it resumes later.
       with lock:
         log(f'{job.name}: interrupted (exit {status}; resumes with the same '
@@ -442,7 +433,7 @@ def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
       recorded = json.load(f)
   elif os.path.isdir(sweep_dir):
     for entry in sorted(os.listdir(sweep_dir)):
-      hparams_path = os.path.join(sweep_dir, entry, 'hparams.json')
+      hparams_path = os.path.join(sweep_dir, entry, analysis.HPARAMS_FILE)
       if os.path.isfile(hparams_path):
         with open(hparams_path) as f:
           hparams = json.load(f)
@@ -759,6 +750,10 @@ def _check_train_flags(train_flags: Sequence[str]) -> None:
     if name in _OWN_TRAIN_FLAGS:
       raise UsageError(f'--train_flag={flag}: the sweep sets --{name} '
                        'itself; use the sweep\'s own flag.')
+    if name == 'stop_at':
+      raise UsageError(f'--train_flag={flag}: the sweep selects by the '
+                       'training loss of each run\'s last rounds, so every '
+                       'run goes to --rounds.')
 
 
 def _rounds() -> int:

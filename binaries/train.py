@@ -38,6 +38,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 
 import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.algorithms import hparams as hparams_lib
+from tff_opt.program import analysis
 from tff_opt.program import flag_adapters
 from tff_opt.program import output_lock
 from tff_opt.program import registry
@@ -49,7 +50,6 @@ import tasks  # pylint: disable=g-bad-import-order
 from tasks import data_errors  # pylint: disable=g-bad-import-order
 from tasks import sqlite_data  # pylint: disable=g-bad-import-order
 
-HPARAMS_FILE = 'hparams.json'
 # Settings that may change when a run is resumed: they do not change what
 # the run computes.
 RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
@@ -57,7 +57,7 @@ RESUMABLE_CHANGES = ('rounds', 'output_dir', 'checkpoint_every', 'eval_every',
                      'workers',
                      'worker_tls_root_cert', 'worker_timeout',
                      'gpu_memory_growth', 'logical_gpus', 'ignored_flags',
-                     'client_vectorization')
+                     'client_vectorization', 'stop_at')
 # Where the flags are listed, for an unknown flag's message.
 _FLAGS_HELP = 'python -m binaries.train --helpfull lists every flag'
 
@@ -151,6 +151,12 @@ flags.DEFINE_integer('seed', 0, 'Seeds the initial model, client sampling and '
                      upper_bound=2**32 - 1)
 flags.DEFINE_string('output_dir', None, 'Where results go. Default: '
                     'results/<task>_<algorithm>_<server_opt>_<timestamp>.')
+flags.DEFINE_string('stop_at', None, 'Stop after the first round whose '
+                    'metric reaches a target, given as METRIC:VALUE (e.g. '
+                    'eval_accuracy:0.9; at most VALUE for a loss or error): '
+                    'the rounds to it are known then. The run is finished '
+                    'there for binaries.sweep and binaries.claims; resumed '
+                    'without the flag, it goes on to --rounds.')
 flags.DEFINE_integer('checkpoint_every', 10, 'Save program state every this '
                      'many rounds (and after the last).', lower_bound=1)
 flags.DEFINE_integer('eval_examples', None, 'Evaluate on a seeded sample of '
@@ -437,6 +443,11 @@ def resolve_hparams() -> dict:
     hparams['fedbn'] = True
   if FLAGS.client_vectorization:  # Recorded only when set; resumable.
     hparams['client_vectorization'] = FLAGS.client_vectorization
+  if FLAGS.stop_at is not None:  # Recorded only when set; resumable.
+    try:
+      hparams['stop_at'] = str(analysis.Target.parse(FLAGS.stop_at))
+    except ValueError as e:
+      raise UsageError(f'--stop_at: {e}') from e
   ignored = ignored_flags(hparams)
   if ignored:  # Recorded only when some were given (RESUMABLE_CHANGES).
     hparams['ignored_flags'] = ignored
@@ -513,7 +524,7 @@ def prepare_output_dir(hparams: dict) -> bool:
       other settings, or holds results without their hparams.json.
   """
   output_dir = hparams['output_dir']
-  path = os.path.join(output_dir, HPARAMS_FILE)
+  path = os.path.join(output_dir, analysis.HPARAMS_FILE)
   try:
     os.makedirs(output_dir, exist_ok=True)
     probe = os.path.join(output_dir, '.write_test')
@@ -544,7 +555,8 @@ def prepare_output_dir(hparams: dict) -> bool:
   leftovers = [n for n in os.listdir(output_dir) if not n.startswith('.')]
   if leftovers:
     raise UsageError(
-        f'--output_dir={output_dir} is not empty and has no {HPARAMS_FILE} '
+        f'--output_dir={output_dir} is not empty and has no '
+        f'{analysis.HPARAMS_FILE} '
         f'(found {", ".join(sorted(leftovers)[:3])}); refusing to write '
         'into it. Use an empty or new directory.')
   return False
@@ -570,7 +582,7 @@ def lock_output_dir(output_dir: str):
 
 
 def write_hparams(hparams: dict, extra: dict) -> None:
-  path = os.path.join(hparams['output_dir'], HPARAMS_FILE)
+  path = os.path.join(hparams['output_dir'], analysis.HPARAMS_FILE)
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
     json.dump({**hparams, **extra}, f, indent=2, sort_keys=True)
@@ -651,16 +663,18 @@ def run(hparams: dict) -> None:
                   round_clients_fn=round_clients_fn,
                   on_start=record_resumed_hparams)
   final_weights = process.get_model_weights(result.state)
+  # Fewer than --rounds when --stop_at stopped the run.
+  trained = int(result.rows[-1]['round']) if result.rows else hparams['rounds']
   if hparams.get('final_full_eval'):
     metrics = evaluation.final_full_eval(
         task.model_fn, task.datasets.eval_preprocess_fn(
             task.datasets.test_data.create_tf_dataset_from_all_clients()),
-        final_weights, output_dir=hparams['output_dir'],
-        rounds=hparams['rounds'])
+        final_weights, output_dir=hparams['output_dir'], rounds=trained)
     print('final full evaluation: ' + evaluation.format_metrics(metrics),
           flush=True)
   if FLAGS.personalize:
-    _personalize(hparams, shared['client_optimizer_fn'], final_weights)
+    _personalize(hparams, shared['client_optimizer_fn'], final_weights,
+                 trained)
 
 
 def _create_task(hparams: dict):
@@ -799,7 +813,11 @@ def _train(hparams: dict, process, task, client_ids, per_round, **loop_args):
         eval_every=hparams['eval_every'],
         checkpoint_every=hparams['checkpoint_every'],
         log=lambda line: print(line, flush=True),
+        stop_at=(analysis.Target.parse(hparams['stop_at'])
+                 if hparams.get('stop_at') else None),
         **loop_args)
+  except training_loop.MissingMetricError as e:
+    raise UsageError(f'--stop_at={hparams["stop_at"]}: {e}') from e
   except training_loop.RoundsBehindCheckpointError as e:
     raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
   except training_loop.UnreadableCheckpointsError as e:
@@ -818,13 +836,14 @@ def _train(hparams: dict, process, task, client_ids, per_round, **loop_args):
         'same command again to resume from the last checkpoint.') from e
 
 
-def _personalize(hparams, client_optimizer, model_weights) -> None:
+def _personalize(hparams, client_optimizer, model_weights, trained) -> None:
   """Classifier calibration on the held-out clients; personalization.json.
 
   Each held-out client (all, or a --seed-ed sample of
   --personalize_clients) fine-tunes the last layer of the global model on
   its own train split with the run's client optimizer and batch size
-  (tff_opt.program.personalization.calibrate_clients).
+  (tff_opt.program.personalization.calibrate_clients). `trained`: the
+  rounds the model trained, recorded in the report.
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
@@ -857,7 +876,7 @@ def _personalize(hparams, client_optimizer, model_weights) -> None:
   except ValueError as e:
     raise UsageError(f'--personalize: {e}') from e
   personalization.write_report(
-      hparams['output_dir'], result, rounds=hparams['rounds'], settings={
+      hparams['output_dir'], result, rounds=trained, settings={
           'epochs': FLAGS.personalize_epochs,
           'train_fraction': FLAGS.personalize_train_fraction,
           'mu': FLAGS.personalize_mu,
@@ -874,7 +893,8 @@ def _saved_extras(hparams: dict) -> dict:
 
   `ignored_flags` is this invocation's, never an earlier one's.
   """
-  with open(os.path.join(hparams['output_dir'], HPARAMS_FILE)) as f:
+  path = os.path.join(hparams['output_dir'], analysis.HPARAMS_FILE)
+  with open(path) as f:
     saved = json.load(f)
   return {k: v for k, v in saved.items()
           if k not in hparams and k != 'ignored_flags'}

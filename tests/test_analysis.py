@@ -8,6 +8,7 @@ written by the test. The binaries that use them are tested in
 tests/test_sweep.py and tests/test_report.py.
 """
 
+import json
 import math
 import os
 
@@ -139,3 +140,56 @@ def test_final_value_and_last_round_skip_unmeasured_rows():
   assert analysis.final_value(rows, 'train_loss') is None
   assert analysis.last_round(rows) == 3
   assert analysis.last_round([]) == 0
+
+
+# --- Stopping at a target -------------------------------------------------------
+
+
+def test_target_parses_metric_colon_value_and_prints_back():
+  target = analysis.Target.parse('eval_accuracy:0.9')
+  assert target == analysis.Target('eval_accuracy', 0.9)
+  assert str(target) == 'eval_accuracy:0.9'
+  assert target.describe() == 'eval_accuracy >= 0.9'
+  assert analysis.Target.parse('eval_loss:1e-1').describe() == (
+      'eval_loss <= 0.1')
+
+
+@pytest.mark.parametrize('text', ['eval_accuracy', '0.9', ':0.9',
+                                  'eval_accuracy:', 'eval_accuracy:high',
+                                  'eval_accuracy:nan', 'a:b:0.9'])
+def test_target_refuses_anything_else_in_one_line(text):
+  with pytest.raises(ValueError) as e:
+    analysis.Target.parse(text)
+  assert str(e.value) == ('expected METRIC:VALUE, e.g. eval_accuracy:0.9, '
+                          f'got {text!r}.')
+
+
+def _write_hparams(run_dir, **hparams):
+  with open(os.path.join(run_dir, analysis.HPARAMS_FILE), 'w') as f:
+    json.dump(hparams, f)
+
+
+def test_a_run_stopped_at_its_target_is_finished_there(tmp_path):
+  run = str(tmp_path)
+  # Evaluated every 10 rounds: accuracy r / 100 first reaches 0.3 at 30.
+  write_run(run, [1.0] * 35, accuracy=lambda r: r / 100)
+  assert not analysis.is_finished(run, 40)  # No stop_at: 40 rounds.
+  _write_hparams(run, rounds=40, stop_at='eval_accuracy:0.3')
+  assert analysis.read_stop_at(run) == analysis.Target('eval_accuracy', 0.3)
+  assert analysis.is_finished(run, 40)
+  _write_hparams(run, rounds=40, stop_at='eval_accuracy:0.5')
+  assert not analysis.is_finished(run, 40)  # Not reached in 35 rounds.
+  _write_hparams(run, rounds=40)
+  assert analysis.read_stop_at(run) is None
+
+
+def test_rows_up_to_the_target_must_all_be_there(tmp_path):
+  run = str(tmp_path)
+  write_run(run, [1.0] * 30, accuracy=lambda r: r / 100)
+  _write_hparams(run, stop_at='eval_accuracy:0.2')
+  rows = analysis.read_metrics(run)
+  with open(os.path.join(run, analysis.METRICS_FILE), 'w') as f:
+    f.write('round,eval_accuracy\n')
+    f.writelines(f'{r["round"]},{r["eval_accuracy"] or ""}\n'
+                 for r in rows if r['round'] != 7)
+  assert not analysis.is_finished(run, 40)

@@ -17,6 +17,7 @@ import pytest
 from binaries import claims
 from binaries import paper_tables
 from binaries import reproduce
+from binaries import train
 
 Measure = paper_tables.Measure
 
@@ -504,9 +505,10 @@ def test_every_claim_runs_binaries_train_flags(name, tmp_path):
 # --- Tuning ----------------------------------------------------------------------
 
 
-def _tuned_claim():
-  setting = paper_tables.Setting(
-      'S', ('--task=mnist5k',), 4, (Measure('final', 'final'),))
+def _tuned_claim(rounds=4, measures=(Measure('final', 'final'),),
+                 tuned_by='final'):
+  """FedProx against FedAvg, FedProx's mu tuned by `tuned_by`."""
+  setting = paper_tables.Setting('S', ('--task=mnist5k',), rounds, measures)
   return claims.Claim(
       name='fedadc', statement='s', setting_text='t',
       methods=(paper_tables.Method('FedAvg', ('--algorithm=fedopt',)),
@@ -514,7 +516,7 @@ def _tuned_claim():
       settings=(setting,), flags=('--eval_every=1',),
       checks=(claims.Better('FedProx', 'FedAvg', 'S', 'final'),),
       tunings=(claims.Tuning('FedProx', 'mu', ('0.1', '0.01', '1.0'), 'S',
-                             'final'),))
+                             tuned_by),))
 
 
 # Final accuracy by (algorithm, mu): mu 0.01 is the best candidate.
@@ -578,3 +580,71 @@ def test_pick(finals, picked):
   values = {(t.candidate(v), 'S', 'final'): {claims.TUNING_SEED: x}
             for v, x in finals.items()}
   assert claims.pick(t, claim, values) == picked
+
+
+def _rounds_to_tuned_claim():
+  return _tuned_claim(
+      rounds=10,
+      measures=(Measure('rounds to 90%', 'rounds_to', 0.9, scale=1.0),
+                Measure('final', 'final')),
+      tuned_by='rounds to 90%')
+
+
+# Accuracy gain per round by mu: 0.1 reaches 90% at round 5, 0.01 at 4, and
+# 1.0 never (0.08 a round: 80% at round 10).
+_SLOPES = {'0.1': 0.2, '0.01': 0.25, '1.0': 0.08, None: 0.095}
+
+
+def test_a_rounds_to_tuning_stops_each_candidate_at_its_target(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _rounds_to_tuned_claim()})
+  launched = []
+
+  def launcher(argv, log_path):
+    # What binaries.train writes: hparams.json with stop_at; rows to the
+    # first round reaching it.
+    launched.append(argv)
+    stop = _flag(argv, 'stop_at')
+    out = _flag(argv, 'output_dir')
+    os.makedirs(out, exist_ok=True)
+    train.FLAGS.unparse_flags()
+    try:
+      train.FLAGS(['train', *argv])
+      train.write_hparams(train.resolve_hparams(), {})
+    finally:
+      train.FLAGS.unparse_flags()
+    slope = _SLOPES[_flag(argv, 'mu')]
+    with open(os.path.join(out, 'metrics.csv'), 'w') as f:
+      f.write('round,eval_accuracy\n')
+      for r in range(1, int(_flag(argv, 'rounds')) + 1):
+        f.write(f'{r},{min(slope * r, 0.99)}\n')
+        if stop and slope * r >= 0.9:
+          break
+    return 0
+
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
+               launcher=launcher) == 0
+  stops = [(_flag(a, 'mu'), _flag(a, 'seed'), _flag(a, 'stop_at'))
+           for a in launched]
+  assert stops == [('0.1', '100', 'eval_accuracy:0.9'),
+                   ('0.01', '100', 'eval_accuracy:0.9'),
+                   ('1.0', '100', 'eval_accuracy:0.9'),
+                   (None, '0', None), (None, '1', None),
+                   ('0.01', '0', None), ('0.01', '1', None)]
+  table = open(os.path.join(out, 'fedadc', 'table.md')).read()
+  assert ('the best rounds to 90% in S on seed 100; fixed before the runs): '
+          '0.1: 5.0, 0.01: 4.0, 1.0: not reached; picked **0.01**.') in table
+  points = claims.points_of(claims.CLAIMS['fedadc'], seeds=2, out_dir=out,
+                            data_dir=None)
+  values = claims.values_of(claims.CLAIMS['fedadc'], points)
+  # A stopped candidate has its rounds to 90% and no final accuracy; the
+  # one that never reached it ran every round and has both.
+  assert values[('FedProx mu=0.01', 'S', 'rounds to 90%')] == {100: 4.0}
+  assert ('FedProx mu=0.01', 'S', 'final') not in values
+  assert values[('FedProx mu=1.0', 'S', 'rounds to 90%')] == {100: None}
+  assert values[('FedProx mu=1.0', 'S', 'final')] == {100: 80.0}
+  launched.clear()
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
+               launcher=launcher) == 0
+  assert launched == []

@@ -338,6 +338,10 @@ def test_paper_grid_holds_every_best_point_of_table_8_and_9(task):
     (['--grid=paper', '--train_flag=--client_lr=3'],
      '--train_flag=--client_lr=3: the sweep sets --client_lr itself; use the '
      "sweep's own flag."),
+    (['--grid=paper', '--train_flag=--stop_at=eval_accuracy:0.9'],
+     '--train_flag=--stop_at=eval_accuracy:0.9: the sweep selects by the '
+     "training loss of each run's last rounds, so every run goes to "
+     '--rounds.'),
     (['--grid=paper', '--parallel=0'],
      'flag --parallel=0: 0 is not a positive integer'),
 ])

@@ -293,3 +293,34 @@ def test_ignored_flags_are_noted_recorded_and_resume_older_runs(
   assert 'note' not in capfd.readouterr().err
   assert 'ignored_flags' not in saved()
   assert saved()['partition']['train']['num_clients'] == 100
+
+
+def test_stop_at_ends_the_run_at_its_target_and_records_it(
+    straight_run, tmp_path, capsys):
+  output_dir = str(tmp_path / 'run')
+  # Any accuracy reaches 0: the run stops after round 1, checkpointed.
+  assert _run(*FAST, '--rounds=3', '--stop_at=eval_accuracy:0',
+              f'--output_dir={output_dir}') == 0
+  assert 'Stopping after round 1 of 3: eval_accuracy >= 0 (stop_at).' in (
+      capsys.readouterr().out)
+  assert [r['round'] for r in _rows(output_dir)] == ['1']
+  with open(os.path.join(output_dir, 'hparams.json')) as f:
+    assert json.load(f)['stop_at'] == 'eval_accuracy:0.0'
+  assert os.listdir(os.path.join(output_dir, 'checkpoints')) == [
+      'program_state_1']
+  assert _rows(output_dir)[0]['eval_loss'] == _rows(straight_run)[0][
+      'eval_loss']
+
+
+@pytest.mark.parametrize('value, message', [
+    ('eval_accuracy', "--stop_at: expected METRIC:VALUE, e.g. "
+     "eval_accuracy:0.9, got 'eval_accuracy'."),
+    ('eval_acc:0.5', '--stop_at=eval_acc:0.5: round 1 logged no eval_acc '
+     '(its eval_ columns: eval_accuracy, eval_loss, eval_num_batches, '
+     'eval_num_examples).'),
+])
+def test_bad_stop_at_is_one_line_error(value, message, tmp_path, capsys):
+  output_dir = str(tmp_path / 'run')
+  assert _run(*FAST, '--rounds=2', f'--stop_at={value}',
+              f'--output_dir={output_dir}') == 2
+  assert capsys.readouterr().err == f'train: error: {message}\n'

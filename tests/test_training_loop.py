@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
+from tff_opt.program import analysis
 from tff_opt.program import training_loop
 
 CLIENTS = {f'client_{k}': c for k, c in enumerate(
@@ -265,3 +266,68 @@ def test_evaluate_fn_with_round_num_is_told_the_round(process, tmp_path):
   assert seen == [2, 4]
   assert [r['eval_round_seen'] for r in _csv_rows(str(tmp_path))] == [
       '', '2.0', '', '4.0']
+
+
+def _accuracy_by_round(weights, round_num):
+  del weights
+  return {'accuracy': {1: 0.5, 2: 0.8, 3: 0.91, 4: 0.95, 5: 0.97}[round_num]}
+
+
+def test_stop_at_ends_after_the_first_round_reaching_it_and_checkpoints_it(
+    process, tmp_path):
+  output_dir = str(tmp_path / 'run')
+  target = analysis.Target('eval_accuracy', 0.9)
+  result = _train(process, output_dir, rounds=5, stop_at=target,
+                  evaluate_fn=_accuracy_by_round, checkpoint_every=10)
+  assert [r['round'] for r in _csv_rows(output_dir)] == ['1', '2', '3']
+  assert [int(r['round']) for r in result.rows] == [1, 2, 3]
+  assert sorted(os.listdir(os.path.join(
+      output_dir, training_loop.CHECKPOINT_DIR))) == ['program_state_3']
+  straight = _train(process, str(tmp_path / 'straight'), rounds=3,
+                    evaluate_fn=_accuracy_by_round)
+  for got, want in zip(tiny.trainable(process, result.state),
+                       tiny.trainable(process, straight.state)):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_stopped_run_resumes_to_nothing_or_without_the_target_goes_on(
+    process, tmp_path):
+  output_dir = str(tmp_path / 'run')
+  target = analysis.Target('eval_accuracy', 0.9)
+  lines = []
+  _train(process, output_dir, rounds=5, stop_at=target,
+         evaluate_fn=_accuracy_by_round)
+  again = training_loop.run_training(
+      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
+      clients_per_round=3, rounds=5, seed=7, output_dir=output_dir,
+      evaluate_fn=_accuracy_by_round, log=lines.append, stop_at=target)
+  assert again.start_round == 3
+  assert lines[1] == ('Stopped before at round 3: eval_accuracy >= 0.9 '
+                      '(stop_at); nothing to run.')
+  assert lines[2].startswith('done: 3 rounds (0 run now, ')
+  assert [r['round'] for r in _csv_rows(output_dir)] == ['1', '2', '3']
+  _train(process, output_dir, rounds=5, evaluate_fn=_accuracy_by_round)
+  assert [r['round'] for r in _csv_rows(output_dir)] == [
+      '1', '2', '3', '4', '5']
+
+
+def test_stop_at_a_loss_stops_at_or_below_it_and_logs_why(process, tmp_path):
+  lines = []
+  result = training_loop.run_training(
+      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
+      clients_per_round=3, rounds=4, seed=7, output_dir=None,
+      evaluate_fn=lambda w: {'loss': 0.25}, log=lines.append,
+      stop_at=analysis.Target('eval_loss', 0.25))
+  assert [r['round'] for r in result.rows] == [1]
+  assert lines[1] == 'Stopping after round 1 of 4: eval_loss <= 0.25 (stop_at).'
+
+
+def test_stop_at_a_metric_the_run_does_not_log_is_refused(process, tmp_path):
+  with pytest.raises(training_loop.MissingMetricError) as e:
+    _train(process, str(tmp_path), rounds=3, eval_every=2,
+           evaluate_fn=lambda w: {'accuracy': 0.5},
+           stop_at=analysis.Target('eval_acc', 0.9))
+  assert str(e.value) == ('round 2 logged no eval_acc (its eval_ columns: '
+                          'eval_accuracy).')
+  # Round 1 (not evaluated) was logged; round 2 was not.
+  assert [r['round'] for r in _csv_rows(str(tmp_path))] == ['1']

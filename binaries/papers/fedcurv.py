@@ -142,7 +142,8 @@ def _fedcurv_claim() -> Claim:
           f'here), {rounds} rounds; FedCurv by Eq. 3 (each device subtracts '
           f'its own last Fisher terms), its Fisher over one of the E '
           f'epochs, lambda tuned as the paper tuned it (the value reaching '
-          f'90% first, on a seed no check reads, over 1, 3, 10, 30); '
+          f'90% first, on a seed no check reads, over 1, 3, 10, 30; each '
+          f'candidate stops once it reached 90%); '
           f'FedProx at the paper\'s tuned mu 0.00025'),
       methods=(Method('FedCurv', ('--algorithm=fedcurv',
                                   '--fedcurv_exact=on', *sgd, *shared.UNIFORM)),

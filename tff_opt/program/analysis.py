@@ -26,16 +26,24 @@ Choices the paper leaves open, made here (each tested):
   `>= target` for metrics where higher is better (accuracy), `<= target`
   for losses and errors (names containing `loss`, `error`, `mse`,
   `perplexity`).
+
+A run may stop at a target (`Target`, `binaries.train --stop_at`): once its
+metric reached the target, the rounds to it are known and later rounds
+cannot change them, so a run whose only use is that number (a tuning
+candidate ranked by rounds to an accuracy) stops there.
 """
 
 import csv
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 METRICS_FILE = 'metrics.csv'
+# Every setting of a run, as `binaries.train` resolved them.
+HPARAMS_FILE = 'hparams.json'
 DEFAULT_WINDOW = 100
 _LOWER_IS_BETTER_WORDS = ('loss', 'error', 'mse', 'perplexity')
 
@@ -145,6 +153,77 @@ def rounds_to_target(rows: Sequence[Mapping[str, Any]], metric: str,
     if (value <= target) if lower else (value >= target):
       return int(row['round'])
   return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """A metric's value to reach: where a run may stop (`--stop_at`).
+
+  Attributes:
+    metric: A `metrics.csv` column, e.g. `eval_accuracy`.
+    value: The value to reach, in the metric's unit (`rounds_to_target`'s
+      direction: `>=` unless lower is better).
+  """
+  metric: str
+  value: float
+
+  @classmethod
+  def parse(cls, text: str) -> 'Target':
+    """Reads `METRIC:VALUE` (e.g. `eval_accuracy:0.9`).
+
+    Raises:
+      ValueError: If `text` is not a column name, a colon and a finite
+        number.
+    """
+    metric, sep, value = text.rpartition(':')
+    try:
+      number = float(value)
+    except ValueError:
+      number = math.nan
+    if not sep or not metric or ':' in metric or not math.isfinite(number):
+      raise ValueError(f'expected METRIC:VALUE, e.g. eval_accuracy:0.9, got '
+                       f'{text!r}.')
+    return cls(metric, number)
+
+  def __str__(self) -> str:
+    return f'{self.metric}:{self.value!r}'
+
+  def reached_at(self, rows: Sequence[Mapping[str, Any]]) -> Optional[int]:
+    """The first round of `rows` that reached it (`rounds_to_target`)."""
+    return rounds_to_target(rows, self.metric, self.value)
+
+  def describe(self) -> str:
+    sign = '<=' if lower_is_better(self.metric) else '>='
+    return f'{self.metric} {sign} {self.value:g}'
+
+
+def read_stop_at(run_dir: str) -> Optional[Target]:
+  """The target a run stops at (`hparams.json`'s `stop_at`), or None.
+
+  None too when the run has no readable `hparams.json`: its rows decide.
+  """
+  try:
+    with open(os.path.join(run_dir, HPARAMS_FILE), encoding='utf-8') as f:
+      text = json.load(f).get('stop_at')
+  except (OSError, ValueError, AttributeError):
+    return None
+  return Target.parse(text) if text else None
+
+
+def is_finished(run_dir: str, rounds: int) -> bool:
+  """Whether the run in `run_dir` logged every round it will run.
+
+  Every round 1..`rounds`, or, for a run with a `stop_at` target, every
+  round up to the first that reached it (`read_stop_at`).
+  """
+  try:
+    rows = read_metrics(run_dir)
+  except FileNotFoundError:
+    return False
+  stop_at = read_stop_at(run_dir)
+  reached = None if stop_at is None else stop_at.reached_at(rows)
+  last = rounds if reached is None else min(reached, rounds)
+  return set(range(1, last + 1)) <= {r['round'] for r in rows}
 
 
 def selection_score(rows: Sequence[Mapping[str, Any]], *,

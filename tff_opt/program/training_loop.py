@@ -35,6 +35,12 @@ Resuming: the latest checkpoint (round v) is loaded and the rows of
 `metrics.csv` after round v (written before an interruption, not covered by
 a checkpoint) are dropped and recomputed, so the file never holds a round
 twice or misses one.
+
+Stopping at a target (`stop_at`, an `analysis.Target`): the run ends after
+the first round whose metric reaches it (checkpointed there), so its
+`metrics.csv` ends at that round. A run resumed with the same target that
+had reached it runs nothing; resumed without it, it goes on from its last
+checkpoint to `rounds`.
 """
 
 import asyncio
@@ -55,6 +61,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.program import analysis
 from tff_opt.program import checkpoints
 from tff_opt import checks
 from tff_opt.round import client_states as client_states_lib
@@ -318,6 +325,7 @@ def run_training(
         [int, list[str]], tuple[Sequence[str],
                                 Sequence[tf.data.Dataset]]]] = None,
     on_start: Optional[Callable[[int], None]] = None,
+    stop_at: Optional[analysis.Target] = None,
 ) -> TrainingResult:
   """Trains `process` for `rounds` rounds, resuming from `output_dir`.
 
@@ -345,6 +353,8 @@ def run_training(
       a new run, else its checkpoint's) once the checkpoints are read and
       the run is accepted, before `metrics.csv` is touched: nothing it
       writes is written for a refused run.
+    stop_at: Optional; stop after the first round whose metric reaches this
+      target (module docstring).
 
   Returns:
     A `TrainingResult` with the final state and all metric rows.
@@ -355,6 +365,8 @@ def run_training(
       `rounds`.
     UnreadableCheckpointsError: If `output_dir` has checkpoints and none
       can be read.
+    MissingMetricError: If a round's metrics lack `stop_at`'s metric (an
+      evaluated round, for an `eval_` metric); that round is not logged.
   """
   for name, value in (('rounds', rounds), ('eval_every', eval_every),
                       ('checkpoint_every', checkpoint_every)):
@@ -412,7 +424,12 @@ def run_training(
   eval_takes_round = evaluate_fn is not None and (
       'round_num' in inspect.signature(evaluate_fn).parameters)
   started = time.perf_counter()
-  for round_num in range(start_round + 1, rounds + 1):
+  stopped = None if stop_at is None else stop_at.reached_at(rows)
+  if stopped is not None:
+    log(f'Stopped before at round {stopped}: {stop_at.describe()} '
+        '(stop_at); nothing to run.')
+  last_round = rounds if stopped is None else start_round
+  for round_num in range(start_round + 1, last_round + 1):
     round_start = time.perf_counter()
     sampled = sample_clients(client_ids, clients_per_round, seed=seed,
                              round_num=round_num)
@@ -448,19 +465,50 @@ def run_training(
         if isinstance(value, float):
           row[f'eval_{name}'] = value
     row['round_seconds'] = time.perf_counter() - round_start
+    if stop_at is not None:
+      _check_has_metric(row, stop_at)
+      if stop_at.reached_at([row]) is not None:
+        stopped = round_num
     rows.append(row)
     if metrics_log is not None:
       metrics_log.append(row)
     log(_format_row(row, rounds))
     if manager is not None and (round_num % checkpoint_every == 0 or
-                                round_num == rounds):
+                                round_num == rounds or stopped is not None):
       _run_sync(manager.save(checkpoint_structure(state, client_state_store),
                              round_num))
+    if stopped is not None:
+      log(f'Stopping after round {round_num} of {rounds}: '
+          f'{stop_at.describe()} (stop_at).')
+      break
   seconds = time.perf_counter() - started
-  log(summarize(rows, rounds=rounds, seconds=seconds,
-                new_rounds=rounds - start_round, output_dir=output_dir))
+  done = int(rows[-1]['round']) if rows else start_round
+  log(summarize(rows, rounds=done, seconds=seconds,
+                new_rounds=done - start_round, output_dir=output_dir))
   return TrainingResult(state, rows, start_round, seconds,
                         client_state_store if stateful else None)
+
+
+class MissingMetricError(ValueError):
+  """A round's metrics lack the metric the run stops on (`stop_at`)."""
+
+
+def _check_has_metric(row: Mapping[str, Any], target: analysis.Target):
+  """Raises `MissingMetricError` if `row` should have `target.metric`.
+
+  An `eval_` metric is looked for in evaluated rows only (those with some
+  `eval_` column), any other metric in every row.
+  """
+  evaluated = any(k.startswith('eval_') for k in row)
+  if target.metric in row or (target.metric.startswith('eval_') and
+                              not evaluated):
+    return
+  prefix = 'eval_' if target.metric.startswith('eval_') else ''
+  names = ', '.join(sorted(k for k in row
+                           if k != 'round' and k.startswith(prefix)))
+  raise MissingMetricError(
+      f'round {row["round"]} logged no {target.metric} (its '
+      f'{prefix + " " if prefix else ""}columns: {names}).')
 
 
 _COUNTS = ('num_examples', 'num_batches', 'num_tokens')
