@@ -10,7 +10,9 @@ import os
 import stat
 import sys
 import time
+import types
 
+import grpc
 import psutil
 import pytest
 import tensorflow as tf
@@ -141,3 +143,38 @@ def test_worker_streams_are_this_process_streams_when_they_are_files(
     monkeypatch.setattr(sys, 'stdout', out)
     monkeypatch.setattr(sys, 'stderr', err)
     assert runtime._worker_streams() == [out, err]  # pylint: disable=protected-access
+
+
+class _RpcError(grpc.RpcError):
+  pass
+
+
+def _unraisable(error, raised_in):
+  """The report `sys.unraisablehook` gets for `error` raised in `raised_in`.
+
+  `raised_in` names the function, e.g. TFF's `RemoteExecutor._dispose`.
+  """
+  def raise_it():
+    raise error
+  raise_it.__code__ = raise_it.__code__.replace(co_name=raised_in)
+  try:
+    raise_it()
+  except Exception as e:  # pylint: disable=broad-except
+    return types.SimpleNamespace(exc_type=type(e), exc_value=e,
+                                 exc_traceback=e.__traceback__,
+                                 err_msg=None, object=None)
+
+
+@pytest.mark.parametrize('error, raised_in, dropped', [
+    # A remote value freed after its worker is gone: nothing to free.
+    (_RpcError(), '_dispose', True),
+    (_RpcError(), 'create_value', False),
+    (ValueError('x'), '_dispose', False),
+])
+def test_a_gone_workers_dispose_error_is_not_printed(error, raised_in,
+                                                     dropped):
+  passed_on = []
+  hook = runtime._quiet_stopped_worker_hook(passed_on.append)  # pylint: disable=protected-access
+  report = _unraisable(error, raised_in)
+  hook(report)
+  assert passed_on == ([] if dropped else [report])

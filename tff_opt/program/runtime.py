@@ -158,13 +158,17 @@ def shutdown() -> None:
 
 
 def _quiet_stopped_worker_hook(previous):
-  """An unraisable-exception hook that drops one known, harmless report.
+  """An unraisable-exception hook that drops two known, harmless reports.
 
-  When a context is released after its worker was stopped here, TFF's
-  service manager `__del__` tries to signal the (gone) process and raises
-  `ProcessLookupError` (or, at interpreter teardown, `AttributeError`),
-  which Python prints as "Exception ignored ... Traceback". Anything else
-  goes to the previous hook.
+  Python prints each as "Exception ignored ... Traceback":
+  - when a context is released after its worker was stopped here, TFF's
+    service manager `__del__` tries to signal the (gone) process and raises
+    `ProcessLookupError` (or, at interpreter teardown, `AttributeError`);
+  - when the worker is gone (stopped at exit, or by the Ctrl-C that reached
+    its process group), the weakref finalizers of TFF's remote values still
+    ask it to free them (`RemoteExecutor._dispose`), and the call fails
+    with a gRPC error: there is nothing left to free.
+  Anything else goes to the previous hook.
   """
 
   def hook(unraisable):
@@ -172,9 +176,21 @@ def _quiet_stopped_worker_hook(previous):
     if 'ServiceManager.__del__' in where and isinstance(
         unraisable.exc_value, (ProcessLookupError, AttributeError)):
       return
+    if isinstance(unraisable.exc_value, grpc.RpcError) and '_dispose' in (
+        _frame_names(unraisable.exc_traceback)):
+      return
     previous(unraisable)
 
   return hook
+
+
+def _frame_names(traceback) -> list[str]:
+  """The function names of a traceback's frames, outermost first."""
+  names = []
+  while traceback is not None:
+    names.append(traceback.tb_frame.f_code.co_name)
+    traceback = traceback.tb_next
+  return names
 
 
 def _exit_on_signal(signum, frame):
