@@ -648,3 +648,24 @@ def test_a_rounds_to_tuning_stops_each_candidate_at_its_target(
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
                launcher=launcher) == 0
   assert launched == []
+
+
+@pytest.mark.parametrize('args, threads', [
+    (['--threads_per_run=1'], ('1', '1')),
+    ([], (None, None)),
+])
+def test_threads_per_run_reaches_every_runs_environment(args, threads,
+                                                        tmp_path,
+                                                        monkeypatch):
+  for name in ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS'):
+    monkeypatch.delenv(name, raising=False)  # Restored after the test.
+  seen = set()
+
+  def launcher(argv, log_path):
+    seen.add((os.environ.get('TF_NUM_INTRAOP_THREADS'),
+              os.environ.get('TF_NUM_INTEROP_THREADS')))
+    return fabricate(argv, log_path)
+
+  assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1',
+                '--runs=fedadc__fedavg__*', *args], launcher=launcher) == 0
+  assert seen == {threads}

@@ -29,6 +29,14 @@ def test_worker_environment_rejects_bad_thread_counts(bad):
                           f'None, got {bad!r}.')
 
 
+def test_thread_environment_sets_both_pools():
+  assert worker_env.thread_environment(1) == {
+      'TF_NUM_INTRAOP_THREADS': '1', 'TF_NUM_INTEROP_THREADS': '1'}
+  with pytest.raises(ValueError) as e:
+    worker_env.thread_environment(0)
+  assert str(e.value) == 'threads must be a positive integer, got 0.'
+
+
 def test_context_starts_its_worker_with_the_settings():
   before = {p.pid for p in runtime.worker_children()}
   own_env = dict(os.environ)

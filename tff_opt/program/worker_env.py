@@ -36,6 +36,7 @@ GRPC_OPTIONS = (
 
 ONEDNN_ENV = 'TF_ENABLE_ONEDNN_OPTS'
 INTRA_OP_THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
+INTER_OP_THREADS_ENV = 'TF_NUM_INTEROP_THREADS'
 
 
 # glibc malloc settings of every TFF worker this package starts (issue 31;
@@ -48,6 +49,22 @@ INTRA_OP_THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
 # it at 175-185 MiB from round ~50 on, at no measured cost in round time.
 # A setting in the starting process's own environment wins.
 MALLOC_ENV = {'MALLOC_ARENA_MAX': '2'}
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+  """Both of TensorFlow's thread pools at `threads`, as environment variables.
+
+  For a process that starts training processes (`binaries.claims`): each
+  trainer and the worker it starts inherit them, so P runs at once on C
+  cores can each use C / P threads instead of one per core.
+
+  Raises:
+    ValueError: If `threads` is not a positive integer.
+  """
+  if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+    raise ValueError(f'threads must be a positive integer, got {threads!r}.')
+  return {INTRA_OP_THREADS_ENV: str(threads),
+          INTER_OP_THREADS_ENV: str(threads)}
 
 
 def worker_environment(*, intra_op_threads: Optional[int] = None,
