@@ -94,7 +94,6 @@ from binaries.papers import fedfor  # pylint: disable=g-import-not-at-top
 from binaries.papers import fedopt  # pylint: disable=g-import-not-at-top
 from binaries.papers import fedptr  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
-from tff_opt.program import worker_env  # pylint: disable=g-import-not-at-top
 
 # The machinery (`binaries.verdicts`, `binaries.tables`), by the names this
 # binary and its tests use.
@@ -438,15 +437,7 @@ flags.DEFINE_string('out_dir', 'results/claims', 'Where the runs and the '
                     'reports go.', **_F)
 flags.DEFINE_string('data_dir', 'data', 'Where the data sets are (`make '
                     'data`).', **_F)
-flags.DEFINE_integer('parallel', 1, 'Points trained at once.', lower_bound=1,
-                     **_F)
-flags.DEFINE_integer('threads_per_run', None, 'TensorFlow threads of each '
-                     'run, its trainer\'s and its worker\'s (both thread '
-                     'pools: TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS '
-                     'in their environment); with P runs at once on C '
-                     'cores, C/P. How the runs compute, not what (float '
-                     'round-off): a run resumes across it. Default: '
-                     'TensorFlow\'s, one per core.', lower_bound=1, **_F)
+sweep.define_launch_flags(FLAGS)
 flags.DEFINE_list('runs', None, 'Only the runs whose name '
                   '(<claim>__<method>__<setting>__seed<k>, as in logs/) '
                   'matches one of these shell patterns, e.g. '
@@ -480,9 +471,6 @@ def main(argv: Sequence[str],
           f'{", ".join(CLAIMS)}).')
   claims = [CLAIMS[c] for c in FLAGS.claims]
   command = run_command(argv)
-  if FLAGS.threads_per_run is not None:
-    # The runs' processes inherit it (`sweep.subprocess_launcher`).
-    os.environ.update(worker_env.thread_environment(FLAGS.threads_per_run))
   logs_dir = os.path.join(FLAGS.out_dir, sweep.LOGS_DIR)
   launched: set[str] = set()
   failed: list[str] = []

@@ -81,8 +81,7 @@ flags.DEFINE_integer('seeds', None, 'Seeds per point (0..K-1). Default: the '
                      'table\'s at that scale.', lower_bound=1, **_F)
 flags.DEFINE_string('out_dir', 'results/reproduce', 'Where the table\'s '
                     'directory goes.', **_F)
-flags.DEFINE_integer('parallel', 1, 'Points trained at once.', lower_bound=1,
-                     **_F)
+sweep.define_launch_flags(FLAGS)
 flags.DEFINE_string('data_dir', None, 'Dataset directory passed to every '
                     'run. Default: none at --scale=paper; '
                     f'{MNIST5K_DATA_DIR}/ for the mnist5k stand-in.', **_F)

@@ -62,6 +62,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 from tff_opt.program import output_lock  # pylint: disable=g-import-not-at-top
+from tff_opt.program import worker_env  # pylint: disable=g-import-not-at-top
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY_FILE = 'summary.csv'
@@ -643,6 +644,24 @@ def _metric_label(metric: str) -> str:
 
 # --- The binary --------------------------------------------------------------
 
+def define_launch_flags(flag_values: flags.FlagValues) -> None:
+  """Defines how a binary launches its runs: `--parallel`, `--threads_per_run`.
+
+  The flags of every binary that trains a grid of `binaries.train` runs
+  (this one, `binaries.reproduce`, `binaries.claims`); `parse_argv` applies
+  `--threads_per_run`.
+  """
+  flags.DEFINE_integer('parallel', 1, 'Points trained at once.',
+                       lower_bound=1, flag_values=flag_values)
+  flags.DEFINE_integer(
+      'threads_per_run', None, 'TensorFlow threads of each run, its '
+      'trainer\'s and its worker\'s (both thread pools: '
+      'TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS in their environment); '
+      'with --parallel=P on C cores, C/P. How the runs compute, not what '
+      '(float round-off): a run resumes across it. Default: TensorFlow\'s, '
+      'one per core.', lower_bound=1, flag_values=flag_values)
+
+
 # Its own flag set: the sweep's --task, --rounds, ... must not collide with
 # binaries.train's when both modules are imported (the tests do).
 FLAGS = flags.FlagValues()
@@ -665,8 +684,7 @@ flags.DEFINE_string('sweep_dir', None, 'Where the points\' runs, the '
                     'summary and the heat map go (required).', **_F)
 flags.DEFINE_integer('rounds', None, 'Rounds per point. Default: the '
                      'task\'s.', lower_bound=1, **_F)
-flags.DEFINE_integer('parallel', 1, 'Points trained at once.', lower_bound=1,
-                     **_F)
+define_launch_flags(FLAGS)
 flags.DEFINE_integer('window', analysis.DEFAULT_WINDOW, 'Rounds averaged by '
                      'the selection rule and the heat map.', lower_bound=1,
                      **_F)
@@ -690,7 +708,9 @@ def parse_argv(argv: Sequence[str], flag_values: flags.FlagValues,
   """Parses `argv` into `flag_values`; False when it asked for --help.
 
   Prints `doc` and the flags' help for --help/-h; a flag error or a
-  positional argument goes to `fail` (which exits) as one line.
+  positional argument goes to `fail` (which exits) as one line. With
+  `define_launch_flags`'s `--threads_per_run` given, the runs launched from
+  then on inherit its thread counts (`worker_env.thread_environment`).
   """
   flag_values.unparse_flags()
   if any(arg in HELP_FLAGS for arg in argv):
@@ -703,6 +723,10 @@ def parse_argv(argv: Sequence[str], flag_values: flags.FlagValues,
   if len(rest) > 1:
     fail(f'unexpected arguments: {" ".join(rest[1:])} (flags take the '
          'form --name=value).')
+  if 'threads_per_run' in flag_values and (
+      flag_values.threads_per_run is not None):
+    os.environ.update(
+        worker_env.thread_environment(flag_values.threads_per_run))
   return True
 
 
