@@ -1,5 +1,7 @@
 """Runs `binaries.train` in-process, as its tests do."""
 
+import os
+
 from binaries import train
 
 
@@ -17,3 +19,24 @@ def run_train(*args) -> int:
   finally:
     train.FLAGS.unparse_flags()
   return 0
+
+
+THREAD_VARIABLES = ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')
+
+
+def recording_threads(launch, monkeypatch):
+  """`(launcher, seen)`: `launch` that first notes the runs' thread settings.
+
+  For the binaries that launch runs (`--threads_per_run`): both variables
+  are cleared first (`monkeypatch` restores them after the test), and each
+  launch appends their values, as the run would inherit them, to `seen`.
+  """
+  for name in THREAD_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+  seen = []
+
+  def launcher(argv, log_path):
+    seen.append(tuple(os.environ.get(name) for name in THREAD_VARIABLES))
+    return launch(argv, log_path)
+
+  return launcher, seen

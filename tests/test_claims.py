@@ -18,6 +18,7 @@ from binaries import claims
 from binaries import paper_tables
 from binaries import reproduce
 from binaries import train
+from tests import binary
 
 Measure = paper_tables.Measure
 
@@ -657,15 +658,7 @@ def test_a_rounds_to_tuning_stops_each_candidate_at_its_target(
 def test_threads_per_run_reaches_every_runs_environment(args, threads,
                                                         tmp_path,
                                                         monkeypatch):
-  for name in ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS'):
-    monkeypatch.delenv(name, raising=False)  # Restored after the test.
-  seen = set()
-
-  def launcher(argv, log_path):
-    seen.add((os.environ.get('TF_NUM_INTRAOP_THREADS'),
-              os.environ.get('TF_NUM_INTEROP_THREADS')))
-    return fabricate(argv, log_path)
-
+  launcher, seen = binary.recording_threads(fabricate, monkeypatch)
   assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1',
                 '--runs=fedadc__fedavg__*', *args], launcher=launcher) == 0
-  assert seen == {threads}
+  assert set(seen) == {threads}

@@ -555,15 +555,7 @@ def test_moon_runs_its_settings_model_with_the_projection_head():
 
 
 def test_threads_per_run_reaches_the_runs_environment(tmp_path, monkeypatch):
-  for name in ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS'):
-    monkeypatch.delenv(name, raising=False)  # Restored after the test.
-  seen = set()
-
-  def launcher(argv, log_path):
-    seen.add((os.environ.get('TF_NUM_INTRAOP_THREADS'),
-              os.environ.get('TF_NUM_INTEROP_THREADS')))
-    return fabricate(argv, log_path)
-
+  launcher, seen = binary.recording_threads(fabricate, monkeypatch)
   assert _main(['--paper=fedopt', '--table=1', f'--out_dir={tmp_path}',
                 '--parallel=2', '--threads_per_run=1'], launcher) == 0
-  assert seen == {('1', '1')}
+  assert set(seen) == {('1', '1')}

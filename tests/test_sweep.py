@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from binaries import sweep
+from tests import binary
 from tff_opt.program import output_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -479,17 +480,12 @@ def test_an_interrupt_in_the_queue_stops_the_other_runs(tmp_path,
 
 
 def test_threads_per_run_reaches_the_runs_environment(tmp_path, monkeypatch):
-  for name in ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS'):
-    monkeypatch.delenv(name, raising=False)  # Restored after the test.
-  seen = []
-
-  def launcher(argv, log_path):
+  def write(argv, log_path):
     del log_path
-    seen.append((os.environ.get('TF_NUM_INTRAOP_THREADS'),
-                 os.environ.get('TF_NUM_INTEROP_THREADS')))
     write_run(_output_dir(argv), [1.0] * 3)
     return 0
 
+  launcher, seen = binary.recording_threads(write, monkeypatch)
   assert _run_main(['--task=digits', '--server_opt=sgd', '--client_lrs=0.1',
                     '--server_lrs=1', '--rounds=3', f'--sweep_dir={tmp_path}',
                     '--parallel=2', '--threads_per_run=1'], launcher) == 0
