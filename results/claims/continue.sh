@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Continues the claims' runs in the background, as this 2-core machine runs
+# them: two chains, one per core, each run with one TensorFlow thread.
+#
+#   core 1: Reddi et al. (fedopt, seed 0), one optimizer at a time;
+#   core 2: FedFOR (3 seeds), then FedCurv (3 seeds), then FedPTR (5 seeds).
+#
+# Every run resumes from its last checkpoint and a finished run is skipped,
+# so this is safe to start again after the processes ended (they end with
+# each working session). A claim whose driver fails does not stop the chain
+# (its log says why). It refuses to start while a claims process runs.
+#
+# Usage, from a checkout whose results/ and data/ hold the runs (the
+# sessions use a detached worktree with links to the main checkout's):
+#   bash results/claims/continue.sh            # logs in /tmp/claims
+#   LOG_DIR=... PYTHON=... bash results/claims/continue.sh
+# Stop gracefully: kill -INT -- -<process group of a binaries.claims>.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python=${PYTHON:-.venv/bin/python}
+log_dir=${LOG_DIR:-/tmp/claims}
+if pgrep -f "binaries\.claims" > /dev/null; then
+  echo "continue.sh: a binaries.claims process is running already:" >&2
+  pgrep -af "binaries\.claims" >&2
+  exit 1
+fi
+mkdir -p "$log_dir"
+claims="nice -n 10 $python -m binaries.claims --parallel=1 --threads_per_run=1 --data_dir=data"
+nohup setsid bash -c "$claims --claims=fedopt --seeds=1 > $log_dir/fedopt.out 2>&1" \
+  > /dev/null 2>&1 &
+nohup setsid bash -c "$claims --claims=fedfor --seeds=3 > $log_dir/fedfor.out 2>&1; \
+$claims --claims=fedcurv --seeds=3 > $log_dir/fedcurv.out 2>&1; \
+$claims --claims=fedptr --seeds=5 > $log_dir/fedptr.out 2>&1" > /dev/null 2>&1 &
+echo "continue.sh: started; progress in $log_dir/{fedopt,fedfor,fedcurv,fedptr}.out"
