@@ -350,9 +350,14 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
         log(f'{job.name}: interrupted (exit {status}; resumes with the same '
             'command)')
       return job.name, 'interrupted'
+    why = f'exit {status}'
+    if status == 0 and not ok:  # It ended well but left rounds unlogged.
+      unlogged = analysis.unlogged_rounds(job.output_dir, job.rounds)
+      why += (f', but its {analysis.METRICS_FILE} lacks round(s) '
+              f'{analysis.describe_rounds(unlogged)}')
     with lock:
       log(f'{job.name}: ' + ('finished' if ok else
-                             f'FAILED (exit {status}; see {log_path})'))
+                             f'FAILED ({why}; see {log_path})'))
     return job.name, 'finished' if ok else 'failed'
 
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel)

@@ -820,7 +820,8 @@ def _train(hparams: dict, process, task, client_ids, per_round, **loop_args):
     raise UsageError(f'--stop_at={hparams["stop_at"]}: {e}') from e
   except training_loop.RoundsBehindCheckpointError as e:
     raise UsageError(f'--rounds={hparams["rounds"]}: {e}') from e
-  except training_loop.UnreadableCheckpointsError as e:
+  except (training_loop.UnreadableCheckpointsError,
+          training_loop.MetricsGapError) as e:
     raise UsageError(str(e)) from e
   except Exception as e:  # pylint: disable=broad-except
     reason = data_errors.damaged_sqlite_reason(e)

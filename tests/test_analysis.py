@@ -193,3 +193,31 @@ def test_rows_up_to_the_target_must_all_be_there(tmp_path):
     f.writelines(f'{r["round"]},{r["eval_accuracy"] or ""}\n'
                  for r in rows if r['round'] != 7)
   assert not analysis.is_finished(run, 40)
+
+
+@pytest.mark.parametrize('rounds, through', [
+    ([], 0), ([2, 3], 0), ([1, 2, 4, 5], 2), ([3, 1, 2], 3), ([1, 1, 2], 2)])
+def test_logged_through_is_the_last_round_of_the_unbroken_start(rounds,
+                                                                 through):
+  assert analysis.logged_through([{'round': r} for r in rounds]) == through
+
+
+@pytest.mark.parametrize('rounds, text', [
+    ([7], '7'), ([3, 4, 5, 9], '3-5, 9'), ([1, 3, 5], '1, 3, 5'),
+    ([536, 537, 538, 539, 540], '536-540')])
+def test_describe_rounds_joins_runs_of_rounds(rounds, text):
+  assert analysis.describe_rounds(rounds) == text
+
+
+def test_unlogged_rounds_lists_the_holes_and_the_tail(tmp_path):
+  run = str(tmp_path / 'run')
+  assert analysis.unlogged_rounds(run, 3) == [1, 2, 3]  # No metrics.csv.
+  write_run(run, [1.0] * 6)
+  path = os.path.join(run, analysis.METRICS_FILE)
+  with open(path, newline='') as f:
+    lines = [l for l in f.read().splitlines(keepends=True)
+             if l.split(',')[0] not in ('2', '3')]
+  with open(path, 'w', newline='') as f:
+    f.writelines(lines)
+  assert analysis.unlogged_rounds(run, 8) == [2, 3, 7, 8]
+  assert not analysis.is_finished(run, 6)

@@ -227,6 +227,31 @@ def test_a_run_another_process_is_writing_is_left_to_it(tmp_path):
                       f'{os.getpid()}), skipped')
 
 
+def test_a_run_ending_well_with_unlogged_rounds_fails_and_names_them(
+    tmp_path):
+  """Exit 0 is not enough: the claims' FedAdagrad run ended so (issue 30)."""
+  out = str(tmp_path / 'run')
+  lines = []
+
+  def launcher(argv, log_path):
+    del argv, log_path
+    write_run(out, [1.0] * 9)
+    with open(os.path.join(out, 'metrics.csv'), newline='') as f:
+      kept = [line for line in f.read().splitlines(keepends=True)
+              if line.split(',')[0] not in ('4', '5', '6', '8')]
+    with open(os.path.join(out, 'metrics.csv'), 'w', newline='') as f:
+      f.writelines(kept)
+    return 0
+
+  outcome = sweep.run_jobs([sweep.Job('run', (out,), out, 10)],
+                           logs_dir=str(tmp_path / 'logs'), launcher=launcher,
+                           log=lines.append)
+  assert outcome == {'run': 'failed'}
+  log_path = os.path.join(str(tmp_path / 'logs'), 'run.log')
+  assert lines[-1] == ('run: FAILED (exit 0, but its metrics.csv lacks '
+                       f'round(s) 4-6, 8, 10; see {log_path})')
+
+
 def test_points_run_in_parallel_up_to_the_limit(tmp_path):
   points = sweep.explicit_grid([0.1, 0.01, 0.001, 0.0001], [1.0])
   barrier = threading.Barrier(2, timeout=60)

@@ -265,6 +265,27 @@ def test_fewer_rounds_on_a_finished_run_changes_no_file(straight_run, capfd):
   assert _files(straight_run) == before
 
 
+def test_metrics_gap_with_no_checkpoint_to_fill_it_is_one_line_error(
+    straight_run, tmp_path, capfd):
+  """metrics.csv put back from round 1 over a run checkpointed at 2 and 3."""
+  output_dir = str(tmp_path / 'run')
+  shutil.copytree(straight_run, output_dir)
+  path = os.path.join(output_dir, 'metrics.csv')
+  with open(path, newline='') as f:
+    lines = f.read().splitlines(keepends=True)
+  with open(path, 'w', newline='') as f:
+    f.writelines(lines[:2])
+  before = _files(output_dir)
+  assert _run(*FAST, '--rounds=3', f'--output_dir={output_dir}') == 2
+  assert capfd.readouterr().err.splitlines()[-1] == (
+      f'train: error: {output_dir} is checkpointed after round 3, but its '
+      'metrics.csv logs round 1 only, and no checkpoint of round 1 or earlier '
+      'can be read to recompute rounds 2-3 from: restore metrics.csv (was it '
+      'replaced by an older copy?), or move the checkpoints directory aside to '
+      'start the run again from round 1 (nothing was changed).')
+  assert _files(output_dir) == before
+
+
 def test_ignored_flags_are_noted_recorded_and_resume_older_runs(
     straight_run, tmp_path, capfd):
   """Issue 31.4: flags of other algorithms are named, never silently lost.

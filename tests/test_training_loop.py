@@ -242,6 +242,89 @@ def test_all_checkpoints_unreadable_is_refused_every_time(process, tmp_path):
   assert not started
 
 
+def _keep_rows_through(output_dir, last):
+  """Rewrites metrics.csv with its rows of rounds <= `last` only."""
+  path = os.path.join(output_dir, training_loop.METRICS_FILE)
+  with open(path, newline='') as f:
+    lines = f.read().splitlines(keepends=True)
+  with open(path, 'w', newline='') as f:
+    f.writelines(lines[:last + 1])  # The header and `last` rows.
+
+
+def test_metrics_behind_the_checkpoint_are_recomputed_not_skipped(
+    process, tmp_path):
+  """An older metrics.csv put back over a run must not leave a hole in it.
+
+  The claims' Reddi et al. runs had one: their metrics.csv and log were
+  restored from a commit at round 535 while their checkpoints had gone on to
+  540, and the run resumed after 540, so rounds 536-540 were never logged.
+  """
+  straight = str(tmp_path / 'straight')
+  _train(process, straight, rounds=6, checkpoint_every=2)
+  out = str(tmp_path / 'restored')
+  _train(process, out, rounds=6, checkpoint_every=2)
+  _keep_rows_through(out, 3)  # Rounds 4-6 lost; checkpoints 2, 4, 6 kept.
+  with open(os.path.join(out, training_loop.METRICS_FILE), 'rb') as f:
+    restored = f.read()
+  lines = []
+  initial = tiny.set_weights(process, process.initialize(),
+                             tiny.initial_weights())
+  result = training_loop.run_training(
+      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
+      clients_per_round=3, rounds=6, seed=7, output_dir=out,
+      initial_state=initial, log=lines.append, checkpoint_every=2)
+  assert result.start_round == 2
+  assert lines[0] == (
+      'metrics.csv logs rounds 1-3 only, but the run is checkpointed after '
+      'round 6 (rounds 4-6 missing from it: was it replaced by an older '
+      'copy?): resuming from the checkpoint of round 2 instead, to log them; '
+      'kept as they were: program_state_4.unlogged, program_state_6.unlogged, '
+      'metrics.csv.unlogged.')
+  assert lines[1].startswith('Resuming after round 2 from ')
+  assert lines[1].endswith('(recomputing 1 rounds logged after that '
+                           'checkpoint)')
+  got, want = _csv_rows(out), _csv_rows(straight)
+  assert [r['round'] for r in got] == ['1', '2', '3', '4', '5', '6']
+  for a, b in zip(got, want):
+    assert float(a['train_loss']) == pytest.approx(float(b['train_loss']),
+                                                   rel=1e-6)
+  assert sorted(os.listdir(os.path.join(out, training_loop.CHECKPOINT_DIR))) == [
+      'program_state_2', 'program_state_4', 'program_state_4.unlogged',
+      'program_state_6', 'program_state_6.unlogged']
+  with open(os.path.join(out, 'metrics.csv.unlogged'), 'rb') as f:
+    assert f.read() == restored
+  assert analysis.is_finished(out, 6)
+
+
+def test_metrics_gap_without_an_earlier_checkpoint_is_refused(process,
+                                                              tmp_path):
+  out = str(tmp_path)
+  _train(process, out, rounds=4, checkpoint_every=2)
+  _keep_rows_through(out, 1)  # Only round 1 logged; checkpoints 2 and 4.
+  ckpt = os.path.join(out, training_loop.CHECKPOINT_DIR)
+  with open(os.path.join(out, training_loop.METRICS_FILE), 'rb') as f:
+    metrics = f.read()
+  started = []
+  with pytest.raises(training_loop.MetricsGapError) as e:
+    _train(process, out, rounds=4, checkpoint_every=2,
+           on_start=started.append)
+  assert str(e.value) == (
+      f'{out} is checkpointed after round 4, but its metrics.csv logs round '
+      '1 only, and no checkpoint of round 1 or earlier can be read to '
+      'recompute rounds 2-4 from: restore metrics.csv (was it replaced by an '
+      'older copy?), or move the checkpoints directory aside to start the '
+      'run again from round 1 (nothing was changed).')
+  assert not started
+  with open(os.path.join(out, training_loop.METRICS_FILE), 'rb') as f:
+    assert f.read() == metrics
+  assert sorted(os.listdir(ckpt)) == ['program_state_2', 'program_state_4']
+  os.remove(os.path.join(out, training_loop.METRICS_FILE))
+  with pytest.raises(training_loop.MetricsGapError,
+                     match='its metrics.csv logs no round 1, and no '
+                     'checkpoint of round 0 or earlier'):
+    _train(process, out, rounds=4, checkpoint_every=2)
+
+
 def test_on_start_is_told_the_round_and_not_called_when_refused(
     process, tmp_path):
   started = []

@@ -210,20 +210,50 @@ def read_stop_at(run_dir: str) -> Optional[Target]:
   return Target.parse(text) if text else None
 
 
-def is_finished(run_dir: str, rounds: int) -> bool:
-  """Whether the run in `run_dir` logged every round it will run.
+def unlogged_rounds(run_dir: str, rounds: int) -> list[int]:
+  """The rounds the run in `run_dir` will run but has not logged, ascending.
 
-  Every round 1..`rounds`, or, for a run with a `stop_at` target, every
-  round up to the first that reached it (`read_stop_at`).
+  Every round 1..`rounds` (all of them when there is no `metrics.csv`), or,
+  for a run with a `stop_at` target, every round up to the first that
+  reached it (`read_stop_at`).
   """
   try:
     rows = read_metrics(run_dir)
   except FileNotFoundError:
-    return False
+    rows = []
   stop_at = read_stop_at(run_dir)
   reached = None if stop_at is None else stop_at.reached_at(rows)
   last = rounds if reached is None else min(reached, rounds)
-  return set(range(1, last + 1)) <= {r['round'] for r in rows}
+  logged = {r['round'] for r in rows}
+  return [r for r in range(1, last + 1) if r not in logged]
+
+
+def is_finished(run_dir: str, rounds: int) -> bool:
+  """Whether the run in `run_dir` logged every round it will run.
+
+  See `unlogged_rounds`.
+  """
+  return not unlogged_rounds(run_dir, rounds)
+
+
+def logged_through(rows: Sequence[Mapping[str, Any]]) -> int:
+  """The last round r such that `rows` log every round 1..r (0: no round 1)."""
+  logged = {int(r['round']) for r in rows}
+  last = 0
+  while last + 1 in logged:
+    last += 1
+  return last
+
+
+def describe_rounds(rounds: Sequence[int]) -> str:
+  """Ascending rounds as ranges: [3, 4, 5, 9] -> '3-5, 9'."""
+  spans = []
+  for r in rounds:
+    if spans and r == spans[-1][1] + 1:
+      spans[-1][1] = r
+    else:
+      spans.append([r, r])
+  return ', '.join(f'{a}' if a == b else f'{a}-{b}' for a, b in spans)
 
 
 def selection_score(rows: Sequence[Mapping[str, Any]], *,

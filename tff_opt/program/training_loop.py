@@ -34,7 +34,13 @@ bound in), so resuming stays exact; client states are kept only for ids of
 Resuming: the latest checkpoint (round v) is loaded and the rows of
 `metrics.csv` after round v (written before an interruption, not covered by
 a checkpoint) are dropped and recomputed, so the file never holds a round
-twice or misses one.
+twice or misses one. A `metrics.csv` that logs every round only up to some
+L < v (an older copy put back over it while the checkpoints went on) would
+leave rounds L+1..v unlogged for good: the run then resumes from the newest
+readable checkpoint of round L or earlier and recomputes from there; the
+later checkpoints are renamed `program_state_<v>.unlogged` and a copy of
+`metrics.csv` as it was is kept as `metrics.csv.unlogged` (nothing is
+deleted). With no such checkpoint the run is refused (`MetricsGapError`).
 
 Stopping at a target (`stop_at`, an `analysis.Target`): the run ends after
 the first round whose metric reaches it (checkpointed there), so its
@@ -240,20 +246,32 @@ def _remove_stale_temp_dirs(checkpoint_dir: str, log) -> None:
         f'interrupted run: {", ".join(stale)}')
 
 
-def _load_newest_readable(manager, structure, checkpoint_dir: str, log):
+def _load_newest_readable(manager, structure, checkpoint_dir: str, log, *,
+                          not_after: Optional[int] = None):
   """(state, version) of the newest checkpoint that loads; (None, 0) if none.
 
   A checkpoint that cannot be read (a save cut short, a damaged disk) is
   renamed `<name>.unreadable`, never deleted, so that the run can save that
   round again, and the next older one is tried; one line says so.
 
+  Args:
+    manager: The run's `NumpyProgramStateManager`.
+    structure: The program state's structure, for `manager.load`.
+    checkpoint_dir: The manager's directory.
+    log: Called with one line per unreadable checkpoint.
+    not_after: Only checkpoints of this round or earlier; (None, 0) when
+      none of them loads.
+
   Raises:
     UnreadableCheckpointsError: If checkpoints exist but none can be read,
       or none is left but unreadable ones kept by an earlier start: the
       run's metrics would otherwise be recomputed from round 1 over the
-      ones logged, every time it is started until the user acts.
+      ones logged, every time it is started until the user acts (not with
+      `not_after`).
   """
   versions = _run_sync(manager.get_versions()) or []
+  if not_after is not None:
+    versions = [v for v in versions if v <= not_after]
   for version in reversed(versions):
     try:
       return _run_sync(manager.load(version, structure)), version
@@ -267,7 +285,7 @@ def _load_newest_readable(manager, structure, checkpoint_dir: str, log):
             f'({type(e).__name__}: {reason}); kept as '
             f'{name}{UNREADABLE_SUFFIX}, trying the one before it.')
   unreadable = []
-  if os.path.isdir(checkpoint_dir):
+  if not_after is None and os.path.isdir(checkpoint_dir):
     unreadable = sorted(
         (e for e in os.listdir(checkpoint_dir) if _UNREADABLE.fullmatch(e)),
         key=lambda e: int(_UNREADABLE.fullmatch(e).group(1)))
@@ -284,6 +302,86 @@ def _load_newest_readable(manager, structure, checkpoint_dir: str, log):
 
 class UnreadableCheckpointsError(RuntimeError):
   """A run's checkpoints exist but none of them can be read."""
+
+
+class MetricsGapError(RuntimeError):
+  """A run is checkpointed past rounds that its metrics.csv does not log."""
+
+
+UNLOGGED_SUFFIX = '.unlogged'
+
+
+def _metrics_gap(output_dir: str, checkpoint_dir: str, manager, structure,
+                 newest: int, log):
+  """Where a run whose metrics.csv stops before its checkpoint resumes.
+
+  When `metrics.csv` logs every round only up to some round L < `newest`
+  (the checkpoint loaded), rounds L+1..`newest` would never be logged. The
+  run goes back to the newest readable checkpoint of round L or earlier and
+  recomputes from there (module docstring).
+
+  Returns:
+    None when nothing is missing, else `(state, version, set_aside)`: the
+    checkpoint to resume from, and a no-arg callable to call once the run is
+    accepted, which renames the checkpoints after L, keeps a copy of
+    `metrics.csv` and logs one line saying so.
+
+  Raises:
+    MetricsGapError: If no checkpoint of round L or earlier can be read.
+  """
+  try:
+    rows = analysis.read_metrics(output_dir)
+  except FileNotFoundError:
+    rows = []
+  logged = analysis.logged_through(rows)
+  if newest <= logged:
+    return None
+  later = [v for v in (_run_sync(manager.get_versions()) or []) if v > logged]
+  saved, version = _load_newest_readable(manager, structure, checkpoint_dir,
+                                         log, not_after=logged)
+  missing = (f'rounds {logged + 1}-{newest}' if newest > logged + 1 else
+             f'round {newest}')
+  has = ('logs no round 1' if not logged else 'logs round 1 only'
+         if logged == 1 else f'logs rounds 1-{logged} only')
+  if saved is None:
+    raise MetricsGapError(
+        f'{output_dir} is checkpointed after round {newest}, but its '
+        f'{METRICS_FILE} {has}, and no checkpoint of round {logged} or '
+        f'earlier can be read to recompute {missing} from: restore '
+        f'{METRICS_FILE} (was it replaced by an older copy?), or move the '
+        'checkpoints directory aside to start the run again from round 1 '
+        '(nothing was changed).')
+
+  def set_aside():
+    kept = [_keep_as_unlogged(os.path.join(checkpoint_dir,
+                                           f'program_state_{v}'), move=True)
+            for v in later]
+    metrics_path = os.path.join(output_dir, METRICS_FILE)
+    if os.path.exists(metrics_path):
+      kept.append(_keep_as_unlogged(metrics_path, move=False))
+    log(f'{METRICS_FILE} {has}, but the run is checkpointed after round '
+        f'{newest} ({missing} missing from it: was it replaced by an older '
+        f'copy?): resuming from the checkpoint of round {version} instead, '
+        f'to log them; kept as they were: {", ".join(kept)}.')
+
+  return saved, version, set_aside
+
+
+def _keep_as_unlogged(path: str, *, move: bool) -> str:
+  """Renames (`move`) or copies `path` to a new `<path>.unlogged[N]` name.
+
+  Returns:
+    The new name's base name.
+  """
+  target, k = path + UNLOGGED_SUFFIX, 1
+  while os.path.exists(target):
+    k += 1
+    target = f'{path}{UNLOGGED_SUFFIX}{k}'
+  if move:
+    os.rename(path, target)
+  else:
+    shutil.copyfile(path, target)
+  return os.path.basename(target)
 
 
 class RoundsBehindCheckpointError(ValueError):
@@ -365,6 +463,8 @@ def run_training(
       `rounds`.
     UnreadableCheckpointsError: If `output_dir` has checkpoints and none
       can be read.
+    MetricsGapError: If `output_dir` is checkpointed past the rounds its
+      `metrics.csv` logs and no earlier checkpoint can be read.
     MissingMetricError: If a round's metrics lack `stop_at`'s metric (an
       evaluated round, for an `eval_` metric); that round is not logged.
   """
@@ -388,15 +488,21 @@ def run_training(
           client_ids, store, process.initial_client_state())
     return structure
 
-  metrics_log = manager = None
+  metrics_log = manager = gap = None
   if output_dir is not None:
     os.makedirs(output_dir, exist_ok=True)
     checkpoint_dir = os.path.join(output_dir, CHECKPOINT_DIR)
     _remove_stale_temp_dirs(checkpoint_dir, log)
     manager = checkpoints.NumpyProgramStateManager(
         checkpoint_dir, keep_total=3, keep_first=True)
-    saved, version = _load_newest_readable(
-        manager, checkpoint_structure(initial_state, {}), checkpoint_dir, log)
+    structure = checkpoint_structure(initial_state, {})
+    saved, version = _load_newest_readable(manager, structure, checkpoint_dir,
+                                           log)
+    if saved is not None:
+      gap = _metrics_gap(output_dir, checkpoint_dir, manager, structure,
+                         version, log)
+      if gap is not None:
+        saved, version, _ = gap
     if saved is not None:
       state, start_round = saved[PROCESS_STATE_KEY], version
       if stateful:
@@ -411,6 +517,8 @@ def run_training(
           'changed).')
   if on_start is not None:
     on_start(start_round)
+  if gap is not None:  # The run is accepted: set the unlogged state aside.
+    gap[2]()
   if output_dir is not None:
     metrics_log = MetricsLog(output_dir)
     dropped = metrics_log.drop_rounds_after(start_round)
