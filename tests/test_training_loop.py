@@ -43,8 +43,7 @@ def _train(process, output_dir, rounds, **kwargs):
       seed=7,
       output_dir=output_dir,
       initial_state=initial,
-      log=None,
-      **kwargs)
+      **{'log': None, **kwargs})
 
 
 def _csv_rows(output_dir):
@@ -191,12 +190,8 @@ def test_truncated_latest_checkpoint_falls_back_and_is_kept(process,
         f.truncate(3)
   os.makedirs(os.path.join(ckpt, 'program_state_6_temp1234', 'variables'))
   lines = []
-  initial = tiny.set_weights(process, process.initialize(),
-                             tiny.initial_weights())
-  result = training_loop.run_training(
-      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
-      clients_per_round=3, rounds=4, seed=7, output_dir=out,
-      initial_state=initial, log=lines.append, checkpoint_every=2)
+  result = _train(process, out, rounds=4, checkpoint_every=2,
+                  log=lines.append)
   assert lines[0] == ('Removed 1 unfinished checkpoint save(s) left by an '
                       'interrupted run: program_state_6_temp1234')
   assert lines[1].startswith('Checkpoint of round 4 is unreadable (')
@@ -267,12 +262,8 @@ def test_metrics_behind_the_checkpoint_are_recomputed_not_skipped(
   with open(os.path.join(out, training_loop.METRICS_FILE), 'rb') as f:
     restored = f.read()
   lines = []
-  initial = tiny.set_weights(process, process.initialize(),
-                             tiny.initial_weights())
-  result = training_loop.run_training(
-      process, client_ids=sorted(CLIENTS), client_dataset_fn=_dataset,
-      clients_per_round=3, rounds=6, seed=7, output_dir=out,
-      initial_state=initial, log=lines.append, checkpoint_every=2)
+  result = _train(process, out, rounds=6, checkpoint_every=2,
+                  log=lines.append)
   assert result.start_round == 2
   assert lines[0] == (
       'metrics.csv logs rounds 1-3 only, but the run is checkpointed after '
