@@ -46,6 +46,16 @@ def write_run(output_dir, train_losses, *, eval_every=10, accuracy=None):
                        accuracy(r) if evaluated else '', 0.1])
 
 
+def drop_rounds(output_dir, rounds):
+  """Removes the rows of `rounds` (ints) from `output_dir`'s metrics.csv."""
+  path = os.path.join(output_dir, 'metrics.csv')
+  with open(path, newline='') as f:
+    kept = [line for line in f.read().splitlines(keepends=True)
+            if line.split(',')[0] not in {str(r) for r in rounds}]
+  with open(path, 'w', newline='') as f:
+    f.writelines(kept)
+
+
 def _run_main(args, launcher):
   try:
     sweep.main(['sweep', *args], launcher=launcher)
@@ -236,11 +246,7 @@ def test_a_run_ending_well_with_unlogged_rounds_fails_and_names_them(
   def launcher(argv, log_path):
     del argv, log_path
     write_run(out, [1.0] * 9)
-    with open(os.path.join(out, 'metrics.csv'), newline='') as f:
-      kept = [line for line in f.read().splitlines(keepends=True)
-              if line.split(',')[0] not in ('4', '5', '6', '8')]
-    with open(os.path.join(out, 'metrics.csv'), 'w', newline='') as f:
-      f.writelines(kept)
+    drop_rounds(out, (4, 5, 6, 8))
     return 0
 
   outcome = sweep.run_jobs([sweep.Job('run', (out,), out, 10)],

@@ -341,8 +341,12 @@ def _metrics_gap(output_dir: str, checkpoint_dir: str, manager, structure,
                                          log, not_after=logged)
   missing = (f'rounds {logged + 1}-{newest}' if newest > logged + 1 else
              f'round {newest}')
-  has = ('logs no round 1' if not logged else 'logs round 1 only'
-         if logged == 1 else f'logs rounds 1-{logged} only')
+  if logged == 0:
+    has = 'logs no round 1'
+  elif logged == 1:
+    has = 'logs round 1 only'
+  else:
+    has = f'logs rounds 1-{logged} only'
   if saved is None:
     raise MetricsGapError(
         f'{output_dir} is checkpointed after round {newest}, but its '
@@ -488,7 +492,7 @@ def run_training(
           client_ids, store, process.initial_client_state())
     return structure
 
-  metrics_log = manager = gap = None
+  metrics_log = manager = set_aside = None
   if output_dir is not None:
     os.makedirs(output_dir, exist_ok=True)
     checkpoint_dir = os.path.join(output_dir, CHECKPOINT_DIR)
@@ -502,7 +506,7 @@ def run_training(
       gap = _metrics_gap(output_dir, checkpoint_dir, manager, structure,
                          version, log)
       if gap is not None:
-        saved, version, _ = gap
+        saved, version, set_aside = gap
     if saved is not None:
       state, start_round = saved[PROCESS_STATE_KEY], version
       if stateful:
@@ -517,8 +521,8 @@ def run_training(
           'changed).')
   if on_start is not None:
     on_start(start_round)
-  if gap is not None:  # The run is accepted: set the unlogged state aside.
-    gap[2]()
+  if set_aside is not None:  # The run is accepted: keep what is unlogged.
+    set_aside()
   if output_dir is not None:
     metrics_log = MetricsLog(output_dir)
     dropped = metrics_log.drop_rounds_after(start_round)
