@@ -3,7 +3,15 @@
 # them: two chains, one per core, each run with one TensorFlow thread.
 #
 #   core 1: Reddi et al. (fedopt, seed 0), one optimizer at a time;
-#   core 2: FedFOR (3 seeds), then FedCurv (3 seeds), then FedPTR (5 seeds).
+#   core 2: FedFOR (3 seeds); FedPTR's FedAvg and FedProx runs (5 seeds,
+#           ~10 core-hours); FedCurv (3 seeds); the rest of FedPTR (its
+#           FedPTR-S runs, ~70-120 core-hours).
+#
+# FedPTR's cheap runs go before FedCurv because their checkpoints are small
+# enough to commit, so they survive a change of machine between sessions.
+# FedCurv's are not (~0.9 GB each: Eq. 3 keeps every device's last Fisher
+# diagonal and Fisher * w), so a FedCurv run resumes only on the machine
+# that started it; on a new machine it starts again from round 1.
 #
 # Every run resumes from its last checkpoint and a finished run is skipped,
 # so this is safe to start again after the processes ended (they end with
@@ -29,6 +37,8 @@ claims="nice -n 10 $python -m binaries.claims --parallel=1 --threads_per_run=1 -
 nohup setsid bash -c "$claims --claims=fedopt --seeds=1 > $log_dir/fedopt.out 2>&1" \
   > /dev/null 2>&1 &
 nohup setsid bash -c "$claims --claims=fedfor --seeds=3 > $log_dir/fedfor.out 2>&1; \
+$claims --claims=fedptr --seeds=5 --runs='fedptr__fedavg__*,fedptr__fedprox*' \
+  > $log_dir/fedptr_baselines.out 2>&1; \
 $claims --claims=fedcurv --seeds=3 > $log_dir/fedcurv.out 2>&1; \
 $claims --claims=fedptr --seeds=5 > $log_dir/fedptr.out 2>&1" > /dev/null 2>&1 &
-echo "continue.sh: started; progress in $log_dir/{fedopt,fedfor,fedcurv,fedptr}.out"
+echo "continue.sh: started; progress in $log_dir/{fedopt,fedfor,fedptr_baselines,fedcurv,fedptr}.out"
