@@ -23,6 +23,9 @@
 #   bash results/claims/continue.sh            # logs in /tmp/claims
 #   LOG_DIR=... PYTHON=... bash results/claims/continue.sh
 # Stop gracefully: kill -INT -- -<process group of a binaries.claims>.
+# Commit progress (before a session ends too: a new machine resumes only
+# from committed checkpoints), from the main checkout, never `commit -a`:
+#   .venv/bin/python -m tools.stage_checkpoints && git commit -m ...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python=${PYTHON:-.venv/bin/python}
