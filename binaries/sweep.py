@@ -662,7 +662,9 @@ def define_launch_flags(flag_values: flags.FlagValues) -> None:
       'threads_per_run', None, 'TensorFlow threads of each run, its '
       'trainer\'s and its worker\'s (both thread pools: '
       'TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS in their environment); '
-      'with --parallel=P on C cores, C/P. How the runs compute, not what '
+      'with --parallel=P on C cores, C/P. Each local run then also runs '
+      'at most that many clients at once (binaries.train\'s '
+      '--max_concurrent_clients default). How the runs compute, not what '
       '(float round-off): a run resumes across it. Default: TensorFlow\'s, '
       'one per core.', lower_bound=1, flag_values=flag_values)
 

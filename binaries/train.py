@@ -43,6 +43,7 @@ from tff_opt.program import flag_adapters
 from tff_opt.program import output_lock
 from tff_opt.program import registry
 from tff_opt.program import runtime
+from tff_opt.program import worker_env
 from tff_opt.round import optimizers
 
 # Imported after absl so flag definitions below can list their choices.
@@ -168,8 +169,11 @@ flags.DEFINE_boolean('final_full_eval', None, 'After the last round, evaluate '
                      'on the whole test set and write final_eval.json. '
                      'Default: the task\'s (on for Stack Overflow).')
 flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
-                     'client computations at once (TFF\'s C++ executor); '
-                     'unlimited by default.', lower_bound=1)
+                     'client computations at once (TFF\'s C++ executor). '
+                     'Default: unlimited, or, for a local run whose '
+                     'environment sets TF_NUM_INTEROP_THREADS (as '
+                     '--threads_per_run of binaries.claims, sweep and '
+                     'reproduce does), that many.', lower_bound=1)
 flags.DEFINE_integer('intra_op_threads', None, 'TensorFlow intra-op threads '
                      'of the local TFF worker (TF_NUM_INTRAOP_THREADS): with '
                      '--max_concurrent_clients=N on C cores, C/N. Default: '
@@ -408,7 +412,7 @@ def resolve_hparams() -> dict:
       'eval_every': pick('eval_every'),
       'seed': FLAGS.seed,
       'checkpoint_every': FLAGS.checkpoint_every,
-      'max_concurrent_clients': FLAGS.max_concurrent_clients,
+      'max_concurrent_clients': _max_concurrent_clients(),
       'intra_op_threads': FLAGS.intra_op_threads,
       # TensorFlow's oneDNN kernels (round-off differs from Eigen's): set
       # from TF_ENABLE_ONEDNN_OPTS at the top of this file, for the record.
@@ -899,6 +903,30 @@ def _saved_extras(hparams: dict) -> dict:
     saved = json.load(f)
   return {k: v for k, v in saved.items()
           if k not in hparams and k != 'ignored_flags'}
+
+
+def _max_concurrent_clients() -> int | None:
+  """--max_concurrent_clients, or its default for a local run.
+
+  The default caps a local run's concurrent client computations at its
+  worker's TensorFlow inter-op threads when the environment sets them
+  (TF_NUM_INTEROP_THREADS): more at once than that pool has threads run in
+  turns that leave the core idle (`worker_env`'s docstring has the
+  figures). It changes how a run computes, not what (the checkpoints are
+  the same bit for bit; `RESUMABLE_CHANGES`). With --workers it is each
+  worker's setting, so nothing is set here.
+
+  Raises:
+    UsageError: If TF_NUM_INTEROP_THREADS is set to anything but a
+      positive integer.
+  """
+  if FLAGS.max_concurrent_clients is not None or FLAGS.workers is not None:
+    return FLAGS.max_concurrent_clients
+  try:
+    return worker_env.inter_op_threads_from_environment()
+  except ValueError as e:
+    raise UsageError(f'{e} It sets --max_concurrent_clients\'s default; '
+                     'unset it or give the flag.') from e
 
 
 def _resolve_workers() -> str | None:

@@ -89,3 +89,60 @@ def test_binary_runs_with_and_records_the_settings(tmp_path):
   assert hparams['onednn'] is True
   workers = runtime.worker_children()
   assert [w.environ().get('TF_NUM_INTRAOP_THREADS') for w in workers] == ['1']
+
+
+@pytest.mark.parametrize('value, threads', [(None, None), ('', None),
+                                            ('1', 1), ('4', 4)])
+def test_inter_op_threads_from_environment(value, threads):
+  environ = {} if value is None else {'TF_NUM_INTEROP_THREADS': value}
+  assert worker_env.inter_op_threads_from_environment(environ) == threads
+
+
+@pytest.mark.parametrize('bad', ['0', '-2', 'two', '1.5'])
+def test_inter_op_threads_from_environment_refuses_non_counts(bad):
+  with pytest.raises(ValueError) as e:
+    worker_env.inter_op_threads_from_environment(
+        {'TF_NUM_INTEROP_THREADS': bad})
+  assert str(e.value) == (f'TF_NUM_INTEROP_THREADS={bad}: expected a '
+                          "positive integer (TensorFlow's inter-op threads).")
+
+
+def _resolved(*argv):
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  train.FLAGS.unparse_flags()
+  try:
+    train.FLAGS(['train', '--task=digits', *argv])
+    return train.resolve_hparams()
+  finally:
+    train.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize('env, argv, expected', [
+    # --threads_per_run's environment caps a local run's clients at its
+    # inter-op threads...
+    ('1', (), 1),
+    ('2', (), 2),
+    # ...unless the flag says otherwise, or the run is remote (each
+    # worker's own setting), or nothing caps the threads.
+    ('1', ('--max_concurrent_clients=3',), 3),
+    ('1', ('--workers=127.0.0.1:9',), None),
+    (None, (), None),
+])
+def test_binary_caps_concurrent_clients_at_inter_op_threads(
+    monkeypatch, env, argv, expected):
+  if env is None:
+    monkeypatch.delenv('TF_NUM_INTEROP_THREADS', raising=False)
+  else:
+    monkeypatch.setenv('TF_NUM_INTEROP_THREADS', env)
+  assert _resolved(*argv)['max_concurrent_clients'] == expected
+
+
+def test_binary_names_a_bad_inter_op_environment(monkeypatch):
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('TF_NUM_INTEROP_THREADS', 'all')
+  with pytest.raises(train.UsageError) as e:
+    _resolved()
+  assert str(e.value) == (
+      "TF_NUM_INTEROP_THREADS=all: expected a positive integer (TensorFlow's "
+      "inter-op threads). It sets --max_concurrent_clients's default; unset "
+      'it or give the flag.')

@@ -17,11 +17,21 @@ environment variables, read once, when the worker starts:
 - `TF_NUM_INTRAOP_THREADS=T`: threads one operation may use. With N
   clients running at once (`max_concurrent_clients`) on C cores, T = C / N
   avoids N x T threads competing for C cores.
+- `TF_NUM_INTEROP_THREADS=T`: the pool that runs a computation's
+  operations. A worker asked to run more client computations at once than
+  this pool has threads runs them in turns that leave the core idle
+  between them (FedCurv's claim setting, 96 devices on one thread: 47-73 s
+  a round with no cap on concurrent clients, 20-22 s with one at a time,
+  the same checkpoints bit for bit); `binaries.train` therefore caps
+  `max_concurrent_clients` at this count when the environment sets it
+  (`inter_op_threads_from_environment`).
 
 Kept free of TensorFlow imports: `binaries.worker` builds the environment of
 the C++ worker it starts without loading TensorFlow.
 """
 
+import os
+from collections.abc import Mapping
 from typing import Optional
 
 # How TFF's executor service is reached, by the trainer's channels
@@ -67,6 +77,35 @@ def thread_environment(threads: int) -> dict[str, str]:
     raise ValueError(f'threads must be a positive integer, got {threads!r}.')
   return {INTRA_OP_THREADS_ENV: str(threads),
           INTER_OP_THREADS_ENV: str(threads)}
+
+
+def inter_op_threads_from_environment(
+    environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+  """TensorFlow's inter-op threads as the environment caps them, or None.
+
+  Reads `INTER_OP_THREADS_ENV` (what `thread_environment` sets).
+
+  Args:
+    environ: The environment; default `os.environ`.
+
+  Returns:
+    The thread count, or None when the variable is unset or empty.
+
+  Raises:
+    ValueError: If it is set to anything but a positive integer.
+  """
+  value = (os.environ if environ is None else environ).get(
+      INTER_OP_THREADS_ENV, '')
+  if not value:
+    return None
+  try:
+    threads = int(value)
+  except ValueError:
+    threads = 0
+  if threads < 1:
+    raise ValueError(f'{INTER_OP_THREADS_ENV}={value}: expected a positive '
+                     'integer (TensorFlow\'s inter-op threads).')
+  return threads
 
 
 def worker_environment(*, intra_op_threads: Optional[int] = None,
