@@ -21,6 +21,17 @@ def run_train(*args) -> int:
   return 0
 
 
+def resolve_hparams(*args) -> dict:
+  """The hparams `binaries.train` resolves from `--task=digits` and `args`,
+  without running anything (train's flags are reset after)."""
+  train.FLAGS.unparse_flags()
+  try:
+    train.FLAGS(['train', '--task=digits', *args])
+    return train.resolve_hparams()
+  finally:
+    train.FLAGS.unparse_flags()
+
+
 THREAD_VARIABLES = ('TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')
 
 

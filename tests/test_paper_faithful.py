@@ -9,16 +9,11 @@ Eq. 3 where the client state fits, FedFOR's U'(0) flag.
 import pytest
 
 from binaries import train
+from tests import binary
 from tff_opt.program import registry
 
 
-def _hparams(*argv):
-  train.FLAGS.unparse_flags()
-  try:
-    train.FLAGS(['train', '--task=digits', *argv])
-    return train.resolve_hparams()
-  finally:
-    train.FLAGS.unparse_flags()
+_hparams = binary.resolve_hparams
 
 
 # (algorithm, its paper's client weighting).

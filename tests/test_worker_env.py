@@ -107,16 +107,6 @@ def test_inter_op_threads_from_environment_refuses_non_counts(bad):
                           "positive integer (TensorFlow's inter-op threads).")
 
 
-def _resolved(*argv):
-  from binaries import train  # pylint: disable=g-import-not-at-top
-  train.FLAGS.unparse_flags()
-  try:
-    train.FLAGS(['train', '--task=digits', *argv])
-    return train.resolve_hparams()
-  finally:
-    train.FLAGS.unparse_flags()
-
-
 @pytest.mark.parametrize('env, argv, expected', [
     # --threads_per_run's environment caps a local run's clients at its
     # inter-op threads...
@@ -134,14 +124,14 @@ def test_binary_caps_concurrent_clients_at_inter_op_threads(
     monkeypatch.delenv('TF_NUM_INTEROP_THREADS', raising=False)
   else:
     monkeypatch.setenv('TF_NUM_INTEROP_THREADS', env)
-  assert _resolved(*argv)['max_concurrent_clients'] == expected
+  assert binary.resolve_hparams(*argv)['max_concurrent_clients'] == expected
 
 
 def test_binary_names_a_bad_inter_op_environment(monkeypatch):
   from binaries import train  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('TF_NUM_INTEROP_THREADS', 'all')
   with pytest.raises(train.UsageError) as e:
-    _resolved()
+    binary.resolve_hparams()
   assert str(e.value) == (
       "TF_NUM_INTEROP_THREADS=all: expected a positive integer (TensorFlow's "
       "inter-op threads). It sets --max_concurrent_clients's default; unset "
