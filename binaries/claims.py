@@ -1,6 +1,6 @@
 r"""Tests each paper's central claim on real data, at the paper's setting.
 
-    python -m binaries.claims --data_dir=data --seeds=3 --out_dir=results/claims
+    python -m binaries.claims --data_dir=data --out_dir=results/claims
     python -m binaries.claims --claims=fedadc,fedfor --dry_run
     python -m binaries.claims --data_dir=data --report_only
     python -m binaries.claims --claims=fedfor --runs='*__e_8__*'  # a share
@@ -19,7 +19,8 @@ work, rounds and measure, or the nearest this 2-core machine allows, each
 departure named with its reason in `setting_text`), its grid (methods x
 settings, every point one `binaries.train` run, resumable), its checks and
 its tunings (`Tuning`: a hyper-parameter picked on seed `TUNING_SEED`,
-which no check reads, before the method's runs). Checks and tunings are
+which no check reads, before the method's runs) and its seeds
+(`Claim.seeds`, at least `MIN_SEEDS`). Checks, tunings and seeds are
 fixed before the runs. A tuning that ranks by rounds to a target stops
 each candidate at the target (`binaries.train --stop_at`): its rounds to
 the target are known then, the pick is the one the full runs would give,
@@ -352,17 +353,28 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
 
 def write_reports(claims: Sequence[Claim],
                   points_by_claim: Mapping[str, Sequence[reproduce.Point]],
-                  *, out_dir: str, seeds: int, command: str) -> str:
+                  *, out_dir: str, seeds: Optional[int],
+                  command: str) -> str:
   """Writes the tables and curves of `claims`, and the summary; returns it.
 
   The summary has a row for every claim in `points_by_claim` (in `CLAIMS`'
   order), which may hold more claims than `claims`: `main` adds those
   with finished runs in `out_dir`, so that a run of some claims does not
   drop the others from `claims.md`.
+
+  Args:
+    claims: The claims run now: their tables and curves are rewritten.
+    points_by_claim: Each summarised claim's points.
+    out_dir: Where the reports go.
+    seeds: The seeds `claims` run with (None: each claim's `seeds`).
+    command: The command writing them, named in the summary.
   """
   summary = ['# The papers\' claims on real data, at their own settings', '',
-             f'Made by `{command}` (resumable: the same command continues '
-             'the runs not finished). Verdicts: reproduced / not reproduced '
+             'Each claim\'s runs are made, and resumed, by `python -m '
+             'binaries.claims --claims=<claim>` on the seeds it registers ('
+             + ', '.join(f'{c.name} {c.seeds}' for c in CLAIMS.values()) +
+             f'); last written by `{command}`. Verdicts: reproduced / not '
+             'reproduced '
              '(every seed for / against the claim, beyond the check\'s '
              'resolution) / inconclusive (tied within the resolution, '
              'censored, a missing value, or the seeds disagree) / pending '
@@ -382,7 +394,8 @@ def write_reports(claims: Sequence[Claim],
       work = claim_dir(out_dir, claim)
       os.makedirs(work, exist_ok=True)
       _write(os.path.join(work, reproduce.TABLE_MD),
-             render_claim(claim, values, seeds=seeds, eval_sizes=sizes))
+             render_claim(claim, values, seeds=seeds or claim.seeds,
+                          eval_sizes=sizes))
       plot_curves(claim, points, os.path.join(work, CURVES_PNG))
     overall, results = evaluate(claim, values, sizes)
     finished = sum(analysis.is_finished(p.output_dir, p.rounds) for p in points)
@@ -431,8 +444,10 @@ FLAGS = flags.FlagValues()
 _F = dict(flag_values=FLAGS)
 flags.DEFINE_list('claims', list(CLAIMS), 'The claims to test, of: ' +
                   ', '.join(CLAIMS) + '.', **_F)
-flags.DEFINE_integer('seeds', 3, 'Seeds per point (0..K-1).', lower_bound=1,
-                     **_F)
+flags.DEFINE_integer('seeds', None, 'Seeds per point (0..K-1); default: '
+                     'the seeds each claim registers (`Claim.seeds`: ' +
+                     ', '.join(f'{c.name} {c.seeds}' for c in CLAIMS.values())
+                     + ').', lower_bound=1, **_F)
 flags.DEFINE_string('out_dir', 'results/claims', 'Where the runs and the '
                     'reports go.', **_F)
 flags.DEFINE_string('data_dir', 'data', 'Where the data sets are (`make '
@@ -503,8 +518,9 @@ def main(argv: Sequence[str],
     waits = [f'{c.name}: {m} waits for its tuning' for c in claims
              for m in waiting(c, points_by_claim[c.name])]
     if first:
-      print(f'claims: {len(ordered)} runs ({FLAGS.seeds} seed(s)) of '
-            f'{", ".join(FLAGS.claims)}, {FLAGS.parallel} at a time, in '
+      print(f'claims: {len(ordered)} runs of ' + ', '.join(
+          f'{c.name} ({FLAGS.seeds or c.seeds} seed(s))' for c in claims) +
+            f', {FLAGS.parallel} at a time, in '
             f'{FLAGS.out_dir}', flush=True)
       for line in waits:
         print(line, flush=True)
@@ -550,12 +566,14 @@ def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
   drop the others from `claims.md`.
   """
   points_by_claim = {
-      c.name: points_of(c, seeds=FLAGS.seeds, out_dir=FLAGS.out_dir,
+      c.name: points_of(c, seeds=FLAGS.seeds or c.seeds, out_dir=FLAGS.out_dir,
                         data_dir=FLAGS.data_dir) for c in claims}
   summarised = dict(points_by_claim)
   for other in CLAIMS.values():
     if other.name not in summarised:
-      points = points_of(other, seeds=FLAGS.seeds, out_dir=FLAGS.out_dir,
+      # Its registered seeds, not this command's: the summary's counts must
+      # not depend on which of two processes wrote it last.
+      points = points_of(other, seeds=other.seeds, out_dir=FLAGS.out_dir,
                          data_dir=FLAGS.data_dir)
       if any(analysis.is_finished(p.output_dir, p.rounds) for p in points):
         summarised[other.name] = points

@@ -307,8 +307,11 @@ class Within:
     means, runs = {}, {}
     for m in self.methods:
       runs[m] = values.get((m, self.setting, self.measure), {})
-      if len(runs[m]) < MIN_SEEDS:
-        return 'pending', f'{m}: {len(runs[m])} seed(s) finished'
+    short = [m for m in self.methods if len(runs[m]) < MIN_SEEDS]
+    if short:
+      m = short[0]
+      return 'pending', f'{m}: {len(runs[m])} seed(s) finished' + (
+          _so_far(runs))
     for m in self.methods:
       bad = [s for s, v in sorted(runs[m].items())
              if v is None or math.isnan(v)]
@@ -332,6 +335,17 @@ class Within:
       verdict = 'inconclusive'
       numbers += f'; within {res.text} of the limit {self.spread:g}'
     return verdict, numbers
+
+
+def _so_far(runs: Mapping[str, Mapping[int, Optional[float]]]) -> str:
+  """'; so far: A 57.34 (1 seed), ...' for the methods with a value."""
+  have = []
+  for m, by_seed in runs.items():
+    got = [v for v in by_seed.values() if v is not None and not math.isnan(v)]
+    if got:
+      have.append(f'{m} {statistics.fmean(got):.2f} ({len(got)} seed'
+                  f'{"s" if len(got) > 1 else ""})')
+  return '; so far: ' + ', '.join(have) if have else ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,6 +467,14 @@ class Claim:
     checks: What must hold for the claim to be reproduced.
     paper_numbers: The paper's figures the claim rests on, in words.
     tunings: The methods whose hyper-parameter is picked first (`Tuning`).
+    seeds: The seeds registered for its runs (0..seeds-1), fixed with the
+      checks: `binaries.claims` runs these unless `--seeds` says otherwise,
+      and its reports count the claim's runs against them, whichever
+      process writes them. At least `MIN_SEEDS`, or no check could leave
+      'pending'.
+
+  Raises:
+    ValueError: If `seeds` is below `MIN_SEEDS`.
   """
   name: str
   statement: str
@@ -463,6 +485,12 @@ class Claim:
   checks: tuple[Check, ...]
   paper_numbers: str = ''
   tunings: tuple[Tuning, ...] = ()
+  seeds: int = 3
+
+  def __post_init__(self):
+    if self.seeds < MIN_SEEDS:
+      raise ValueError(f'claim {self.name}: seeds={self.seeds}, but a '
+                       f'verdict needs at least {MIN_SEEDS} seeds.')
 
   def setting(self, label: str) -> Setting:
     for s in self.settings:

@@ -60,8 +60,10 @@ flags.DEFINE_string('tls_cert', None, 'PEM certificate (chain) of this '
 flags.DEFINE_string('tls_key', None, 'PEM private key of --tls_cert.')
 flags.DEFINE_integer('max_concurrent_clients', None, 'At most this many '
                      'client computations at once on this worker (TFF\'s '
-                     'max_concurrent_computation_calls). Default: no limit.',
-                     lower_bound=1)
+                     'max_concurrent_computation_calls). Default: '
+                     'TF_NUM_INTEROP_THREADS where the environment sets it '
+                     '(as binaries.train does for a local run), else no '
+                     'limit.', lower_bound=1)
 flags.DEFINE_string('gpu', None, 'Run the computations on this GPU only '
                     '(CUDA_VISIBLE_DEVICES for the C++ worker), e.g. one '
                     'worker per GPU: --gpu=0, --gpu=1. Default: as TensorFlow '
@@ -158,6 +160,28 @@ class _Relay:
     return self._grpc.unary_unary_rpc_method_handler(behavior)
 
 
+def max_concurrent_calls(env: dict[str, str]) -> int:
+  """`worker_binary`'s --max_concurrent_computation_calls (-1: no limit).
+
+  --max_concurrent_clients, or by default the TensorFlow inter-op threads
+  `env` (the C++ worker's environment) caps it at, as `binaries.train`
+  caps a local run: more client computations at once than that pool has
+  threads run in turns that leave the cores idle (`worker_env`).
+
+  Raises:
+    UsageError: If TF_NUM_INTEROP_THREADS is set to anything but a
+      positive integer.
+  """
+  if FLAGS.max_concurrent_clients is not None:
+    return FLAGS.max_concurrent_clients
+  try:
+    threads = worker_env.inter_op_threads_from_environment(env)
+  except ValueError as e:
+    raise UsageError(f'{e} It sets --max_concurrent_clients\'s default; '
+                     'unset it or give the flag.') from e
+  return -1 if threads is None else threads
+
+
 def serve() -> int:
   """Starts the C++ worker and the relay; returns the exit code."""
   if FLAGS.port is None:
@@ -184,7 +208,7 @@ def serve() -> int:
   internal_port = portpicker.pick_unused_port()
   child = subprocess.Popen(
       [binary, f'--port={internal_port}',
-       f'--max_concurrent_computation_calls={FLAGS.max_concurrent_clients or -1}'],
+       f'--max_concurrent_computation_calls={max_concurrent_calls(env)}'],
       env=env, preexec_fn=_die_with_parent)
   stopping = threading.Event()
   server = None

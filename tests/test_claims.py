@@ -267,8 +267,15 @@ def test_within_reads_the_spread_of_the_means():
       'not reproduced', 'spread of the means 1.20 (A 57.50, B 56.30)')
   assert claims.Within(('A', 'B'), 'S', 'acc', 1.5).evaluate(
       claim, values)[0] == 'reproduced'
+  # Pending, with the numbers so far (one seed here and there).
   assert claims.Within(('A', 'C'), 'S', 'acc', 1.0).evaluate(
-      claim, values) == ('pending', 'C: 1 seed(s) finished')
+      claim, values) == ('pending', 'C: 1 seed(s) finished; so far: '
+                         'A 57.50 (2 seeds), C 57.20 (1 seed)')
+  assert claims.Within(('C', 'D'), 'S', 'acc', 1.0).evaluate(
+      claim, values) == ('pending', 'C: 1 seed(s) finished; so far: '
+                         'C 57.20 (1 seed)')
+  assert claims.Within(('D', 'E'), 'S', 'acc', 1.0).evaluate(
+      claim, values) == ('pending', 'D: 0 seed(s) finished')
   values[('B', 'S', 'acc')] = {0: 56.0, 1: None}
   assert claims.Within(('A', 'B'), 'S', 'acc', 1.5).evaluate(
       claim, values) == ('inconclusive', 'B: no value (missing or NaN) for '
@@ -456,7 +463,13 @@ def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
   assert [r.split(' | ')[0] for r in rows[1:]] == [
       '| FedADC', '| Federated Learning with Projected Trajectory '
       'Regularization']
-  assert '16/16 runs finished' in rows[1]
+  # FedADC's runs are counted against the 3 seeds it registers (2 tuning
+  # runs and 7 methods x 3 seeds), not the 2 of the command that wrote the
+  # summary last; FedPTR's, run now, against that command's 2 (9 tuning
+  # runs and 4 methods x 2 seeds).
+  assert claims.CLAIMS['fedadc'].seeds == 3
+  assert '16/23 runs finished' in rows[1]
+  assert '17/17 runs finished' in rows[2]
   with open(os.path.join(out, 'claims.csv')) as f:
     assert {r['claim'] for r in csv.DictReader(f)} == {'fedadc', 'fedptr'}
   # Only the claims run are re-rendered; the others' tables stay as they were.
@@ -468,11 +481,31 @@ def test_report_only_names_the_command_that_made_the_runs(tmp_path):
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2']) == 0
   summary_path = os.path.join(out, 'claims.md')
   made = open(summary_path).read()
-  assert (f'Made by `python -m binaries.claims --claims=fedadc '
+  assert (f'last written by `python -m binaries.claims --claims=fedadc '
           f'--out_dir={out} --seeds=2`' in made)
+  assert ('on the seeds it registers (fedadc 3, fedptr 5, fedfor 3, '
+          'fedopt 2, fedcurv 3)' in made)
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
                 '--report_only'], launcher=None) == 0
   assert open(summary_path).read() == made
+
+
+def test_a_claim_registers_at_least_two_seeds():
+  with pytest.raises(ValueError, match=r'^claim c: seeds=1, but a verdict '
+                     r'needs at least 2 seeds\.$'):
+    dataclasses.replace(_claim(()), name='c', seeds=1)
+  assert {c.name: c.seeds for c in claims.CLAIMS.values()} == {
+      'fedadc': 3, 'fedptr': 5, 'fedfor': 3, 'fedopt': 2, 'fedcurv': 3}
+
+
+def test_seeds_default_to_the_claims_own(tmp_path, capsys):
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--dry_run']) == 0
+  printed = capsys.readouterr().out
+  assert 'runs of fedadc (3 seed(s)), 1 at a time' in printed
+  assert {_flag(line.split(), 'seed') for line in printed.splitlines()
+          if line.startswith('python -m binaries.train')} == {
+              '0', '1', '2', str(claims.TUNING_SEED)}
 
 
 def test_one_seed_is_pending(tmp_path):
@@ -662,3 +695,27 @@ def test_threads_per_run_reaches_every_runs_environment(args, threads,
   assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1',
                 '--runs=fedadc__fedavg__*', *args], launcher=launcher) == 0
   assert set(seen) == {threads}
+
+
+def test_continue_sh_shares_runs_that_exist():
+  # results/claims/continue.sh splits claims between its two chains by
+  # `--runs` patterns: each must match runs of its claim, or its chain
+  # would skip them with an error and leave them to the other core.
+  import fnmatch  # pylint: disable=g-import-not-at-top
+  import re  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(root, 'results', 'claims', 'continue.sh')) as f:
+    script = f.read()
+  shares = re.findall(r"--claims=(\w+) --runs='([^']+)'", script)
+  assert {name for name, _ in shares} == {'fedptr'}
+  for name, patterns in shares:
+    claim = claims.CLAIMS[name]
+    points = claims.points_of(claim, seeds=claim.seeds, out_dir='/nonexistent',
+                              data_dir=None)
+    runs = [claims.run_name(name, p) for p in points]
+    for pattern in patterns.split(','):
+      assert any(fnmatch.fnmatchcase(r, pattern) for r in runs), pattern
+  # Every claim is in some chain, on its registered seeds.
+  assert set(re.findall(r'--claims=(\w+)', script)) == set(claims.CLAIMS) - {
+      'fedadc'}
+  assert '--seeds' not in script

@@ -16,6 +16,7 @@ import types
 
 import numpy as np
 import portpicker
+import psutil
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -32,6 +33,8 @@ FAST = ['--task=digits', '--clients_per_round=4', '--client_epochs=1',
 ROUNDS = 3
 WORKER_START_SECONDS = 90
 READY_LINE = 'tff-opt worker: serving'
+INTER_OP = 'TF_NUM_INTEROP_THREADS'
+PORT_RETRIES = 3
 
 
 # --- Certificates ------------------------------------------------------------
@@ -88,15 +91,34 @@ class Workers:
     self._log_dir = log_dir
     self.procs = {}
     self.ports = {}
+    self._args = {}
 
-  def start(self, name, *flags, port=None):
+  def start(self, name, *flags, port=None, env=None):
+    """Starts worker `name`; `env`: variables to set (None: to unset).
+
+    A port picked here (no `port`) is picked again if another process took
+    it before the worker bound it (`wait_ready`): two test processes, or a
+    worker picking its C++ worker's internal port, can pick the same free
+    port at once.
+    """
+    self._args[name] = (flags, port, env)
     port = port or portpicker.pick_unused_port()
+    environ = dict(os.environ)
+    for key, value in (env or {}).items():
+      environ.pop(key, None)
+      if value is not None:
+        environ[key] = value
     log = open(os.path.join(self._log_dir, f'{name}.log'), 'w')
     self.procs[name] = subprocess.Popen(
         [sys.executable, '-m', 'binaries.worker', f'--port={port}', *flags],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=environ)
     log.close()
     self.ports[name] = port
+
+  def restart(self, name):
+    """Starts worker `name` again as before, on the port it had."""
+    flags, _, env = self._args[name]
+    self.start(name, *flags, port=self.ports[name], env=env)
 
   def address(self, name):
     return f'127.0.0.1:{self.ports[name]}'
@@ -105,11 +127,18 @@ class Workers:
     deadline = time.monotonic() + WORKER_START_SECONDS
     for name in names:
       path = os.path.join(self._log_dir, f'{name}.log')
+      retries = PORT_RETRIES
       while True:
         with open(path) as f:
           text = f.read()
         if READY_LINE in text:
           break
+        flags, port, env = self._args[name]
+        if (self.procs[name].poll() is not None and port is None and
+            'is the port in use?' in text and retries):
+          retries -= 1
+          self.start(name, *flags, env=env)
+          continue
         assert self.procs[name].poll() is None, f'worker {name} died: {text}'
         assert time.monotonic() < deadline, f'worker {name} not ready: {text}'
         time.sleep(0.2)
@@ -193,9 +222,13 @@ def workers(local_results, grouped_local, certs, tmp_path_factory):
   del local_results, grouped_local
   pool = Workers(str(tmp_path_factory.mktemp('workers')))
   try:
-    pool.start('a')
-    pool.start('b')
-    pool.start('tls', f'--tls_cert={certs["cert"]}', f'--tls_key={certs["key"]}')
+    # The inter-op threads set (or not) the workers' default cap on
+    # concurrent clients (`test_worker_caps_concurrent_clients`); a cap
+    # changes no result.
+    pool.start('a', env={INTER_OP: '1'})
+    pool.start('b', '--max_concurrent_clients=3', env={INTER_OP: '1'})
+    pool.start('tls', f'--tls_cert={certs["cert"]}', f'--tls_key={certs["key"]}',
+               env={INTER_OP: None})
     pool.wait_ready('a', 'b', 'tls')
     yield pool
   finally:
@@ -240,6 +273,31 @@ def test_max_concurrent_clients_belongs_to_each_worker(capsys, tmp_path):
   assert capsys.readouterr().err == (
       'train: error: --max_concurrent_clients=2: with --workers, set it on '
       'each worker (python -m binaries.worker --max_concurrent_clients=N).\n')
+
+
+def test_worker_caps_concurrent_clients(workers):
+  # As binaries.train caps a local run: at TF_NUM_INTEROP_THREADS by
+  # default, the flag winning, no limit (-1) without either.
+  def calls(name):
+    [child] = [c for c in psutil.Process(workers.procs[name].pid).children()
+               if 'worker_binary' in c.name()]
+    [value] = [a.split('=', 1)[1] for a in child.cmdline()
+               if a.startswith('--max_concurrent_computation_calls=')]
+    return value
+
+  assert [calls(n) for n in ('a', 'b', 'tls')] == ['1', '3', '-1']
+
+
+def test_worker_names_a_bad_inter_op_environment():
+  result = subprocess.run(
+      [sys.executable, '-m', 'binaries.worker', '--port=9'], cwd=REPO,
+      capture_output=True, text=True, timeout=60,
+      env={**os.environ, INTER_OP: '0'})
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      "worker: error: TF_NUM_INTEROP_THREADS=0: expected a positive integer "
+      "(TensorFlow's inter-op threads). It sets --max_concurrent_clients's "
+      'default; unset it or give the flag.')
 
 
 def test_worker_refuses_half_a_tls_pair(certs):
@@ -420,7 +478,7 @@ def test_worker_killed_mid_run_then_resume_loses_nothing(
       'program_state_1', 'program_state_2']
 
   monkeypatch.setattr(training_loop.MetricsLog, 'append', append)
-  workers.start('b', port=workers.ports['b'])
+  workers.restart('b')
   workers.wait_ready('b')
   assert binary.run_train(*args) == 0
   assert 'Resuming after round 2' in capsys.readouterr().out

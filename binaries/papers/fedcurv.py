@@ -162,6 +162,7 @@ def _fedcurv_claim() -> Claim:
                    for m in measures[:len(_CURV_TARGETS)]),
       tunings=(Tuning('FedCurv', 'lam', ('1', '3', '10', '30'), 'E=50',
                       'rounds to 90%'),),
+      seeds=3,
       paper_numbers=('Table 1, E = 50: FedCurv 38/9/6, FedProx 140/22/16, '
                      'FedAvg 76/30/22 rounds'))
 

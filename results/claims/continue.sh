@@ -2,10 +2,17 @@
 # Continues the claims' runs in the background, as this 2-core machine runs
 # them: two chains, one per core, each run with one TensorFlow thread.
 #
-#   core 1: Reddi et al. (fedopt, seed 0), one optimizer at a time;
-#   core 2: FedFOR (3 seeds); FedPTR's FedAvg and FedProx runs (5 seeds,
-#           ~10 core-hours); FedCurv (3 seeds); the rest of FedPTR (its
-#           FedPTR-S runs, ~70-120 core-hours).
+#   core 1: Reddi et al. (fedopt: seed 0 of every optimizer, then seed 1),
+#           one optimizer at a time; then
+#           FedPTR-S with a fixed mu (its tuning and 5 seeds); then
+#           whatever FedPTR and FedCurv runs are left;
+#   core 2: FedFOR (3 seeds); FedPTR's FedAvg and FedProx runs (5 seeds);
+#           FedCurv (its lambda tuning, 3 seeds); the rest of FedPTR
+#           (FedPTR-S with the layer-adaptive mu, and what core 1 left).
+#
+# Both chains end on queues they share: a run one process is writing is
+# skipped by the other (its trainer holds the directory's lock), so the
+# core that finishes first helps the other instead of idling.
 #
 # FedPTR's cheap runs go before FedCurv because their checkpoints are small
 # enough to commit, so they survive a change of machine between sessions.
@@ -37,11 +44,15 @@ if pgrep -f "binaries\.claims" > /dev/null; then
 fi
 mkdir -p "$log_dir"
 claims="nice -n 10 $python -m binaries.claims --parallel=1 --threads_per_run=1 --data_dir=data"
-nohup setsid bash -c "$claims --claims=fedopt --seeds=1 > $log_dir/fedopt.out 2>&1" \
+nohup setsid bash -c "$claims --claims=fedopt > $log_dir/fedopt.out 2>&1; \
+$claims --claims=fedptr --runs='fedptr__fedptr_s_fixed_mu*' \
+  > $log_dir/fedptr_fixed.out 2>&1; \
+$claims --claims=fedptr > $log_dir/fedptr_core1.out 2>&1; \
+$claims --claims=fedcurv > $log_dir/fedcurv_core1.out 2>&1" \
   > /dev/null 2>&1 &
-nohup setsid bash -c "$claims --claims=fedfor --seeds=3 > $log_dir/fedfor.out 2>&1; \
-$claims --claims=fedptr --seeds=5 --runs='fedptr__fedavg__*,fedptr__fedprox*' \
+nohup setsid bash -c "$claims --claims=fedfor > $log_dir/fedfor.out 2>&1; \
+$claims --claims=fedptr --runs='fedptr__fedavg__*,fedptr__fedprox*' \
   > $log_dir/fedptr_baselines.out 2>&1; \
-$claims --claims=fedcurv --seeds=3 > $log_dir/fedcurv.out 2>&1; \
-$claims --claims=fedptr --seeds=5 > $log_dir/fedptr.out 2>&1" > /dev/null 2>&1 &
-echo "continue.sh: started; progress in $log_dir/{fedopt,fedfor,fedptr_baselines,fedcurv,fedptr}.out"
+$claims --claims=fedcurv > $log_dir/fedcurv.out 2>&1; \
+$claims --claims=fedptr > $log_dir/fedptr.out 2>&1" > /dev/null 2>&1 &
+echo "continue.sh: started; progress in $log_dir/*.out"
