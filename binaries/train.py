@@ -923,10 +923,9 @@ def _max_concurrent_clients() -> int | None:
   if FLAGS.max_concurrent_clients is not None or FLAGS.workers is not None:
     return FLAGS.max_concurrent_clients
   try:
-    return worker_env.inter_op_threads_from_environment()
+    return worker_env.default_max_concurrent_clients()
   except ValueError as e:
-    raise UsageError(f'{e} It sets --max_concurrent_clients\'s default; '
-                     'unset it or give the flag.') from e
+    raise UsageError(str(e)) from e
 
 
 def _resolve_workers() -> str | None:

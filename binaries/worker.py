@@ -175,10 +175,9 @@ def max_concurrent_calls(env: dict[str, str]) -> int:
   if FLAGS.max_concurrent_clients is not None:
     return FLAGS.max_concurrent_clients
   try:
-    threads = worker_env.inter_op_threads_from_environment(env)
+    threads = worker_env.default_max_concurrent_clients(env)
   except ValueError as e:
-    raise UsageError(f'{e} It sets --max_concurrent_clients\'s default; '
-                     'unset it or give the flag.') from e
+    raise UsageError(str(e)) from e
   return -1 if threads is None else threads
 
 

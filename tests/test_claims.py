@@ -9,8 +9,10 @@ flags and the tasks' options without reading data.
 
 import csv
 import dataclasses
+import fnmatch
 import math
 import os
+import re
 
 import pytest
 
@@ -701,8 +703,6 @@ def test_continue_sh_shares_runs_that_exist():
   # results/claims/continue.sh splits claims between its two chains by
   # `--runs` patterns: each must match runs of its claim, or its chain
   # would skip them with an error and leave them to the other core.
-  import fnmatch  # pylint: disable=g-import-not-at-top
-  import re  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   with open(os.path.join(root, 'results', 'claims', 'continue.sh')) as f:
     script = f.read()

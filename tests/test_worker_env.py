@@ -107,6 +107,18 @@ def test_inter_op_threads_from_environment_refuses_non_counts(bad):
                           "positive integer (TensorFlow's inter-op threads).")
 
 
+def test_default_max_concurrent_clients_names_what_the_variable_sets():
+  assert worker_env.default_max_concurrent_clients(
+      {'TF_NUM_INTEROP_THREADS': '2'}) == 2
+  assert worker_env.default_max_concurrent_clients({}) is None
+  with pytest.raises(ValueError) as e:
+    worker_env.default_max_concurrent_clients({'TF_NUM_INTEROP_THREADS': '-1'})
+  assert str(e.value) == (
+      "TF_NUM_INTEROP_THREADS=-1: expected a positive integer (TensorFlow's "
+      "inter-op threads). It sets --max_concurrent_clients's default; unset "
+      'it or give the flag.')
+
+
 @pytest.mark.parametrize('env, argv, expected', [
     # --threads_per_run's environment caps a local run's clients at its
     # inter-op threads...

@@ -14,8 +14,9 @@ last float32 bit between two runs of the same code, even within one
 process: measured on `digits` (3 rounds, 5 clients; 12 runs, three in each
 of 4 processes), round 1's eval_loss was 2.323415517807007 in 8 runs and
 2.323415756225586 in 4, with the same training losses and accuracies;
-with oneDNN off, 9 runs out of 9 agreed. Counts (`eval_accuracy`) are sums of whole numbers and do not
-vary. So compare `eval_loss` across runs up to float32 round-off.
+with oneDNN off, 9 runs out of 9 agreed. Counts (`eval_accuracy`) are
+sums of whole numbers and do not vary. So compare `eval_loss` across runs
+up to float32 round-off.
 
 `final_full_eval` evaluates the final model once on the whole test set (where
 the rounds' evaluations used a sample) and writes `final_eval.json`.

@@ -108,6 +108,31 @@ def inter_op_threads_from_environment(
   return threads
 
 
+def default_max_concurrent_clients(
+    environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
+  """`--max_concurrent_clients`' default: the inter-op threads, or None.
+
+  `binaries.train` (for a local run) and `binaries.worker` both run at most
+  as many client computations at once as the inter-op pool has threads
+  when the environment caps it (see this module's docstring).
+
+  Args:
+    environ: The environment; default `os.environ`.
+
+  Returns:
+    `inter_op_threads_from_environment(environ)`.
+
+  Raises:
+    ValueError: If `INTER_OP_THREADS_ENV` is set to anything but a positive
+      integer; the message says what it sets and how to avoid it.
+  """
+  try:
+    return inter_op_threads_from_environment(environ)
+  except ValueError as e:
+    raise ValueError(f'{e} It sets --max_concurrent_clients\'s default; '
+                     'unset it or give the flag.') from e
+
+
 def worker_environment(*, intra_op_threads: Optional[int] = None,
                        onednn: Optional[bool] = None) -> dict[str, str]:
   """The environment variables to set for a worker, as a new dict.
