@@ -36,8 +36,9 @@ claim's runs that way. Should both reach the same run, the one that finds
 its directory being written leaves it to the other (`elsewhere`; a
 trainer holds its directory's `output_lock`). The reports:
 
-    <out_dir>/claims.md        every claim run now or with a finished run
-                               in <out_dir>, its numbers and its verdict
+    <out_dir>/claims.md        every claim run now or with a run begun
+                               (a round logged) in <out_dir>, its
+                               numbers and its verdict
     <out_dir>/claims.csv       the same, one row per check
     <out_dir>/<claim>/table.md the claim's grid: mean +- std over seeds
     <out_dir>/<claim>/curves.png  the metric against rounds, per setting
@@ -359,8 +360,8 @@ def write_reports(claims: Sequence[Claim],
 
   The summary has a row for every claim in `points_by_claim` (in `CLAIMS`'
   order), which may hold more claims than `claims`: `main` adds those
-  with finished runs in `out_dir`, so that a run of some claims does not
-  drop the others from `claims.md`.
+  with a run begun in `out_dir` (`_begun`), so that a run of some claims
+  does not drop the others from `claims.md`.
 
   Args:
     claims: The claims run now: their tables and curves are rewritten.
@@ -563,7 +564,10 @@ def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
   """(the points of `claims`, those plus other claims' with finished runs).
 
   The second is what the summary covers: a run of some claims does not
-  drop the others from `claims.md`.
+  drop the others from `claims.md`. A claim whose runs have begun but
+  none finished counts too (`_begun`): otherwise its row would come and go
+  with whichever of two processes, one running it and one not, wrote the
+  summary last.
   """
   points_by_claim = {
       c.name: points_of(c, seeds=FLAGS.seeds or c.seeds, out_dir=FLAGS.out_dir,
@@ -575,9 +579,17 @@ def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
       # not depend on which of two processes wrote it last.
       points = points_of(other, seeds=other.seeds, out_dir=FLAGS.out_dir,
                          data_dir=FLAGS.data_dir)
-      if any(analysis.is_finished(p.output_dir, p.rounds) for p in points):
+      if any(_begun(p.output_dir) for p in points):
         summarised[other.name] = points
   return points_by_claim, summarised
+
+
+def _begun(run_dir: str) -> bool:
+  """Whether the run in `run_dir` has logged a round."""
+  try:
+    return bool(analysis.read_metrics(run_dir))
+  except FileNotFoundError:
+    return False
 
 
 def _run(jobs: Sequence[sweep.Job], claims: Sequence[Claim],

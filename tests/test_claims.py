@@ -478,6 +478,28 @@ def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
   assert open(os.path.join(out, 'fedadc', 'table.md')).read() == fedadc_table
 
 
+def test_a_claim_with_a_run_begun_stays_in_the_summary(tmp_path):
+  # A claim whose only runs are still going (FedCurv's first lambda
+  # candidate at round 1) has a row however the summary is written: not
+  # only by the process running it.
+  out = str(tmp_path / 'claims')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2']) == 0
+  summary_path = os.path.join(out, 'claims.md')
+  statement = claims.CLAIMS['fedcurv'].statement
+  assert statement not in open(summary_path).read()
+  first = claims.points_of(claims.CLAIMS['fedcurv'], seeds=3, out_dir=out,
+                           data_dir=None)[0]
+  os.makedirs(first.output_dir)
+  with open(os.path.join(first.output_dir, 'metrics.csv'), 'w') as f:
+    f.write('round,train_loss,eval_accuracy\n1,1.0,0.3\n')
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
+                '--report_only'], launcher=None) == 0
+  rows = [line for line in open(summary_path).read().splitlines()
+          if statement in line]
+  assert len(rows) == 1
+  assert '(0/10 runs finished;' in rows[0] and '**pending**' in rows[0]
+
+
 def test_report_only_names_the_command_that_made_the_runs(tmp_path):
   out = str(tmp_path / 'claims')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2']) == 0
