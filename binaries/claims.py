@@ -342,7 +342,8 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
     ax.set_xlabel('round')
     ax.set_ylabel(f'{metric} (%)')
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # No empty legend (a warning).
+      ax.legend(fontsize=8)
   if drawn:
     fig.tight_layout()
     tmp = _temporary(path) + '.png'

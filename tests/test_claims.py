@@ -10,6 +10,7 @@ flags and the tasks' options without reading data.
 import csv
 import dataclasses
 import fnmatch
+import logging
 import math
 import os
 import re
@@ -741,3 +742,16 @@ def test_continue_sh_shares_runs_that_exist():
   assert set(re.findall(r'--claims=(\w+)', script)) == set(claims.CLAIMS) - {
       'fedadc'}
   assert '--seeds' not in script
+
+
+def test_curves_of_a_claim_with_no_rows_write_nothing_and_warn_nothing(
+    tmp_path, caplog):
+  # FedCurv while only its tuning runs: no method has a row yet.
+  out = str(tmp_path / 'claims')
+  points = claims.points_of(claims.CLAIMS['fedcurv'], seeds=3, out_dir=out,
+                            data_dir=None)
+  path = str(tmp_path / 'curves.png')
+  with caplog.at_level(logging.WARNING):
+    assert not claims.plot_curves(claims.CLAIMS['fedcurv'], points, path)
+  assert not os.path.exists(path)
+  assert not caplog.records
