@@ -33,6 +33,7 @@ import psutil
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.program import analysis
 from tff_opt.program import evaluation
 from tff_opt.program import runtime
 from tff_opt.program import training_loop
@@ -123,8 +124,14 @@ def train_and_evaluate(
 
 def rounds_to_target(accuracies: Sequence[float],
                      target: float) -> Optional[int]:
-  """The first (1-based) round whose accuracy is >= `target`, else None."""
-  return next((i + 1 for i, a in enumerate(accuracies) if a >= target), None)
+  """The first (1-based) round whose accuracy is >= `target`, else None.
+
+  As `analysis.rounds_to_target` (compared as float32, the accuracies'
+  precision).
+  """
+  return analysis.rounds_to_target(
+      [{'round': i + 1, 'accuracy': a} for i, a in enumerate(accuracies)],
+      'accuracy', target)
 
 
 class Table:

@@ -125,6 +125,36 @@ def test_rounds_to_target_goes_the_metrics_way(metric, target, want):
   assert analysis.rounds_to_target(ROWS, metric, target) == want
 
 
+# As metrics.csv logs float32 metrics: 900/1,000 right is float32's 0.9,
+# which as a Python float is just below 0.9 (the FedCurv tuning run that
+# logged it at round 32 was counted as reaching 90 % only at round 33).
+F32_ROWS = [
+    {'round': 1, 'eval_accuracy': 0.8989999890327454,  # 899 / 1,000.
+     'eval_loss': 0.30000004172325134},  # The next float32 above 0.3.
+    {'round': 2, 'eval_accuracy': 0.8999999761581421,  # 900 / 1,000.
+     'eval_loss': 0.30000001192092896},  # float32's 0.3.
+]
+
+
+@pytest.mark.parametrize('metric, target, want', [
+    ('eval_accuracy', 0.9, 2),
+    ('eval_accuracy', 0.899, 1),
+    ('eval_accuracy', 0.9000001, None),  # Above float32's 0.9: not reached.
+    ('eval_loss', 0.3, 2),
+    ('eval_loss', 0.300000005, 2),  # float32 rounds it to 0.3 too.
+    ('eval_loss', 0.2999999, None),
+])
+def test_rounds_to_target_compares_at_float32_precision(metric, target, want):
+  assert analysis.rounds_to_target(F32_ROWS, metric, target) == want
+  assert analysis.Target(metric, target).reached_at(F32_ROWS) == want
+
+
+def test_rounds_to_target_takes_values_beyond_float32s_range():
+  rows = [{'round': 1, 'eval_loss': 1e300}, {'round': 2, 'eval_loss': 1.0}]
+  assert analysis.rounds_to_target(rows, 'eval_loss', 1e299) == 2
+  assert analysis.rounds_to_target(rows, 'eval_loss', 1e301) == 1
+
+
 def test_which_metrics_are_lower_is_better():
   assert [analysis.lower_is_better(m) for m in (
       'train_loss', 'eval_error', 'Eval_MSE', 'perplexity',
