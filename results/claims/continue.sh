@@ -29,7 +29,10 @@
 # sessions use a detached worktree with links to the main checkout's):
 #   bash results/claims/continue.sh            # logs in /tmp/claims
 #   LOG_DIR=... PYTHON=... bash results/claims/continue.sh
-# Stop gracefully: kill -INT -- -<process group of a binaries.claims>.
+# Stop both chains gracefully: pkill -TERM -f 'binaries\.claims'. SIGTERM
+# ends each chain's bash at once and makes its binaries.claims stop its
+# run (which keeps its last checkpoint) and exit 143. SIGINT is not
+# enough: the claims process exits 130 and its chain starts the next one.
 # Commit progress (before a session ends too: a new machine resumes only
 # from committed checkpoints), from the main checkout, never `commit -a`:
 #   .venv/bin/python -m tools.stage_checkpoints && git commit -m ...
