@@ -562,7 +562,7 @@ def run_command(argv: Sequence[str]) -> str:
 
 
 def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
-  """(the points of `claims`, those plus other claims' with finished runs).
+  """(the points of `claims`, those plus other claims' with a run begun).
 
   The second is what the summary covers: a run of some claims does not
   drop the others from `claims.md`. A claim whose runs have begun but
