@@ -730,7 +730,7 @@ def test_continue_sh_shares_runs_that_exist():
   with open(os.path.join(root, 'results', 'claims', 'continue.sh')) as f:
     script = f.read()
   shares = re.findall(r"--claims=(\w+) --runs='([^']+)'", script)
-  assert {name for name, _ in shares} == {'fedptr'}
+  assert {name for name, _ in shares} == {'fedopt', 'fedptr'}
   for name, patterns in shares:
     claim = claims.CLAIMS[name]
     points = claims.points_of(claim, seeds=claim.seeds, out_dir='/nonexistent',
