@@ -319,9 +319,8 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
       for p in points:
         if p.method.label != method.label or p.setting.label != setting.label:
           continue
-        try:
-          rows = analysis.read_metrics(p.output_dir)
-        except FileNotFoundError:
+        rows = analysis.read_metrics_if_any(p.output_dir)
+        if not rows:
           continue
         curves.append({r['round']: r[metric] for r in rows
                        if r.get(metric) is not None})
@@ -587,10 +586,7 @@ def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
 
 def _begun(run_dir: str) -> bool:
   """Whether the run in `run_dir` has logged a round."""
-  try:
-    return bool(analysis.read_metrics(run_dir))
-  except FileNotFoundError:
-    return False
+  return bool(analysis.read_metrics_if_any(run_dir))
 
 
 def _run(jobs: Sequence[sweep.Job], claims: Sequence[Claim],

@@ -508,10 +508,7 @@ def collect(points: Sequence[GridPoint], *, sweep_dir: str, rounds: int,
   results = []
   for point in points:
     output_dir = os.path.join(sweep_dir, point.name)
-    try:
-      rows = analysis.read_metrics(output_dir)
-    except FileNotFoundError:
-      rows = []
+    rows = analysis.read_metrics_if_any(output_dir)
     finished = set(range(1, rounds + 1)) <= {r['round'] for r in rows}
     # Rows past --rounds (a longer earlier run) are not part of this sweep.
     rows = [r for r in rows if r['round'] <= rounds]

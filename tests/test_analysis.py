@@ -106,6 +106,19 @@ def test_read_metrics_types_its_cells(tmp_path):
     analysis.read_metrics(str(tmp_path / 'missing'))
 
 
+def test_read_metrics_if_any_is_empty_only_without_the_file(tmp_path):
+  assert analysis.read_metrics_if_any(str(tmp_path / 'missing')) == []
+  with open(os.path.join(tmp_path, 'metrics.csv'), 'w') as f:
+    f.write('round,eval_accuracy\n2,0.5\n')
+  assert analysis.read_metrics_if_any(str(tmp_path)) == [
+      {'round': 2, 'eval_accuracy': 0.5}]
+  # A file that is there but unreadable is an error, not "no rounds".
+  with open(os.path.join(tmp_path, 'metrics.csv'), 'wb') as f:
+    f.write(b'round\n\xff\n')
+  with pytest.raises(UnicodeDecodeError):
+    analysis.read_metrics_if_any(str(tmp_path))
+
+
 ROWS = [
     {'round': 3, 'eval_accuracy': 0.7, 'eval_error': 0.2},
     {'round': 1, 'eval_accuracy': 0.2, 'eval_error': 0.6},

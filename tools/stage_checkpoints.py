@@ -127,10 +127,7 @@ def plan_run(repo: str, run_dir: str, max_bytes: float) -> Plan:
     rounds = int(json.load(f)['rounds'])
   if analysis.is_finished(run_path, rounds):
     return Plan(run_dir, None, committed, 'finished')
-  try:
-    logged = analysis.logged_through(analysis.read_metrics(run_path))
-  except FileNotFoundError:
-    logged = 0
+  logged = analysis.logged_through(analysis.read_metrics_if_any(run_path))
   usable = [r for r in _saved_rounds(run_path) if r <= logged]
   if not usable:
     return Plan(run_dir, None, (), f'no checkpoint at or before round '

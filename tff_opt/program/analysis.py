@@ -79,6 +79,21 @@ def read_metrics(run_dir: str) -> list[dict[str, Any]]:
   return rows
 
 
+def read_metrics_if_any(run_dir: str) -> list[dict[str, Any]]:
+  """`read_metrics(run_dir)`, or `[]` for a run with no `metrics.csv` yet.
+
+  A run that has not logged a round (not started, or stopped before its
+  first) has no file; callers that count its rounds count none.
+
+  Raises:
+    UnicodeDecodeError: If the file is not UTF-8 text.
+  """
+  try:
+    return read_metrics(run_dir)
+  except FileNotFoundError:
+    return []
+
+
 def _to_float(text) -> Optional[float]:
   if text is None or text == '':
     return None
@@ -230,10 +245,7 @@ def unlogged_rounds(run_dir: str, rounds: int) -> list[int]:
   for a run with a `stop_at` target, every round up to the first that
   reached it (`read_stop_at`).
   """
-  try:
-    rows = read_metrics(run_dir)
-  except FileNotFoundError:
-    rows = []
+  rows = read_metrics_if_any(run_dir)
   stop_at = read_stop_at(run_dir)
   reached = None if stop_at is None else stop_at.reached_at(rows)
   last = rounds if reached is None else min(reached, rounds)

@@ -329,10 +329,7 @@ def _metrics_gap(output_dir: str, checkpoint_dir: str, manager, structure,
   Raises:
     MetricsGapError: If no checkpoint of round L or earlier can be read.
   """
-  try:
-    rows = analysis.read_metrics(output_dir)
-  except FileNotFoundError:
-    rows = []
+  rows = analysis.read_metrics_if_any(output_dir)
   logged = analysis.logged_through(rows)
   if newest <= logged:
     return None
