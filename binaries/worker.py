@@ -25,8 +25,9 @@ run_server` of older TFF is gone). Its flags are only --port,
 --max_concurrent_computation_calls and --grpc_max_message_length_megabytes:
 it always listens on `[::]:PORT` (every interface) with insecure credentials
 (worker_main.cc: "TODO: Add option for secure server connections"). So this
-program starts `worker_binary` on an internal port picked at random and
-serves the public --host:--port itself: a gRPC relay that forwards TFF's
+program starts `worker_binary` on an internal port picked at random (and
+on another if a process took that one first: the C++ worker would share it
+silently, `start_worker_binary`) and serves the public --host:--port itself: a gRPC relay that forwards TFF's
 ExecutorGroup calls (all unary) unchanged, with TLS when asked, and answers
 UNIMPLEMENTED to anything else. The internal port is still open on every
 interface of this host, as it is for TFF's own local execution context,
@@ -44,6 +45,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Optional
 
 from absl import app
 from absl import flags
@@ -87,6 +90,9 @@ FLAGS = flags.FLAGS
 
 _PR_SET_PDEATHSIG = 1
 _LOOPBACK = ('127.0.0.1', 'localhost', '::1', '[::1]')
+# Internal ports tried before a worker that keeps finding its port taken
+# is an error (`start_worker_binary`).
+PORT_ATTEMPTS = 3
 
 
 class UsageError(Exception):
@@ -181,6 +187,96 @@ def max_concurrent_calls(env: dict[str, str]) -> int:
   return -1 if threads is None else threads
 
 
+def _stop(child: subprocess.Popen) -> None:
+  """Stops the C++ worker: SIGINT, then SIGKILL after 5 s."""
+  if child.poll() is None:
+    child.send_signal(signal.SIGINT)
+    try:
+      child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      child.kill()
+      child.wait()
+
+
+def start_worker_binary(binary: str, env: dict[str, str], *, max_calls: int,
+                        start_timeout: float,
+                        pick_port: Optional[Callable[[], int]] = None):
+  """Starts TFF's C++ worker on an internal port; waits until it serves.
+
+  The port is `portpicker`'s; one that another process took before the
+  worker bound it (the worker would share it silently: it listens with
+  SO_REUSEPORT, `worker_env.is_sole_listener`; or fail to bind and exit
+  with status 0) gets the worker started anew on another port, at most
+  `PORT_ATTEMPTS` times in all.
+
+  Args:
+    binary: The `worker_binary` path.
+    env: Its environment.
+    max_calls: Its --max_concurrent_computation_calls (-1: no limit).
+    start_timeout: Seconds it may take to serve (--start_timeout).
+    pick_port: Returns a port to try (default `portpicker.pick_unused_port`).
+
+  Returns:
+    `(child, channel)`: the worker's process and a gRPC channel to it.
+
+  Raises:
+    UsageError: If the worker exits while starting on a port nobody else
+      holds, does not serve within --start_timeout, or found its port taken
+      `PORT_ATTEMPTS` times.
+  """
+  import grpc  # pylint: disable=g-import-not-at-top
+  import portpicker  # pylint: disable=g-import-not-at-top
+  pick_port = pick_port or portpicker.pick_unused_port
+  deadline = time.monotonic() + start_timeout
+  for _ in range(PORT_ATTEMPTS):
+    port = pick_port()
+    child = subprocess.Popen(
+        [binary, f'--port={port}',
+         f'--max_concurrent_computation_calls={max_calls}'],
+        env=env, preexec_fn=_die_with_parent)
+    channel = grpc.insecure_channel(f'127.0.0.1:{port}',
+                                    worker_env.GRPC_OPTIONS)
+    try:
+      if _serves_alone(grpc, channel, child, port, deadline, start_timeout):
+        return child, channel
+    except BaseException:
+      channel.close()
+      _stop(child)
+      raise
+    channel.close()
+    _stop(child)
+  raise UsageError(f'TFF\'s worker_binary found its internal port taken by '
+                   f'another process {PORT_ATTEMPTS} times (the last: '
+                   f'{port}).')
+
+
+def _serves_alone(grpc, channel, child: subprocess.Popen, port: int,
+                  deadline: float, start_timeout: float) -> bool:
+  """Waits until `child` serves on `port`; False if another process is there.
+
+  Raises:
+    UsageError: If the child exits on a port nobody else holds, or the
+      deadline passes first.
+  """
+  ready = grpc.channel_ready_future(channel)
+  while True:
+    try:
+      ready.result(timeout=0.5)
+      break
+    except grpc.FutureTimeoutError:
+      # Checked while waiting too: a connection that reached the other
+      # process may never become ready (it need not speak gRPC).
+      if worker_env.port_held_by_another(child.pid, port):
+        return False
+      if child.poll() is not None:
+        raise UsageError(f'TFF\'s worker_binary exited with code '
+                         f'{child.returncode} while starting.') from None
+      if time.monotonic() > deadline:
+        raise UsageError(f'TFF\'s worker_binary did not start within '
+                         f'--start_timeout={start_timeout:g} s.') from None
+  return worker_env.is_sole_listener(child.pid, port)
+
+
 def serve() -> int:
   """Starts the C++ worker and the relay; returns the exit code."""
   if FLAGS.port is None:
@@ -194,7 +290,6 @@ def serve() -> int:
   binary = worker_binary_path()
 
   import grpc  # pylint: disable=g-import-not-at-top
-  import portpicker  # pylint: disable=g-import-not-at-top
 
   env = {**worker_env.MALLOC_ENV, **os.environ}  # Flat memory (issue 31).
   env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -204,31 +299,12 @@ def serve() -> int:
     env['CUDA_VISIBLE_DEVICES'] = FLAGS.gpu
   if FLAGS.gpu_memory_growth:
     env['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'
-  internal_port = portpicker.pick_unused_port()
-  child = subprocess.Popen(
-      [binary, f'--port={internal_port}',
-       f'--max_concurrent_computation_calls={max_concurrent_calls(env)}'],
-      env=env, preexec_fn=_die_with_parent)
+  child, channel = start_worker_binary(
+      binary, env, max_calls=max_concurrent_calls(env),
+      start_timeout=FLAGS.start_timeout)
   stopping = threading.Event()
   server = None
   try:
-    channel = grpc.insecure_channel(f'127.0.0.1:{internal_port}',
-                                    worker_env.GRPC_OPTIONS)
-    ready = grpc.channel_ready_future(channel)
-    deadline = time.monotonic() + FLAGS.start_timeout
-    while True:
-      try:
-        ready.result(timeout=0.5)
-        break
-      except grpc.FutureTimeoutError:
-        if child.poll() is not None:
-          raise UsageError(f'TFF\'s worker_binary exited with code '
-                           f'{child.returncode} while starting.') from None
-        if time.monotonic() > deadline:
-          raise UsageError(f'TFF\'s worker_binary did not start within '
-                           f'--start_timeout={FLAGS.start_timeout:g} s.'
-                          ) from None
-
     # No SO_REUSEPORT (gRPC's default): a second server on a port in use
     # is refused instead of sharing its connections.
     server = grpc.server(
@@ -279,13 +355,7 @@ def serve() -> int:
   finally:
     if server is not None:
       server.stop(grace=None)
-    if child.poll() is None:
-      child.send_signal(signal.SIGINT)
-      try:
-        child.wait(timeout=5)
-      except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
+    _stop(child)
 
 
 def main(argv):

@@ -7,6 +7,7 @@ pin what that changes and what it keeps from TFF's lazily started worker.
 
 import gc
 import os
+import socket
 import stat
 import sys
 import time
@@ -19,6 +20,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.program import runtime
+from tff_opt.program import worker_env
 
 
 @tff.tensorflow.computation(tf.int32)
@@ -178,3 +180,61 @@ def test_a_gone_workers_dispose_error_is_not_printed(error, raised_in,
   report = _unraisable(error, raised_in)
   hook(report)
   assert passed_on == ([] if dropped else [report])
+
+
+def _listener(*, reuseport):
+  sock = socket.socket(socket.AF_INET6)
+  if reuseport:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+  sock.bind(('::', 0))
+  sock.listen()
+  return sock
+
+
+def _port_of(process):
+  (flag,) = [a for a in process.cmdline() if a.startswith('--port=')]
+  return int(flag[len('--port='):])
+
+
+# A port another process took after portpicker chose it: TFF's worker
+# shares it (SO_REUSEPORT, as this listener) or exits, unable to bind.
+@pytest.mark.parametrize('reuseport', [True, False])
+def test_a_worker_whose_port_was_taken_starts_anew_on_another(
+    reuseport, monkeypatch):
+  taken = _listener(reuseport=reuseport)
+  port = taken.getsockname()[1]
+  picks = iter([port])
+  pick = runtime.portpicker.pick_unused_port
+  monkeypatch.setattr(runtime.portpicker, 'pick_unused_port',
+                      lambda: next(picks, None) or pick())
+  before = {p.pid for p in runtime.worker_children()}
+  context = runtime.create_local_execution_context()
+  try:
+    with tff.framework.get_context_stack().install(context):
+      assert _add_one(41) == 42
+    (worker,) = [p for p in _new_workers(before) if not _gone(p)]
+    assert _port_of(worker) != port
+    assert worker_env.is_sole_listener(worker.pid, _port_of(worker))
+    assert worker_env.is_sole_listener(os.getpid(), port)  # Left alone.
+  finally:
+    del context
+    gc.collect()
+    taken.close()
+
+
+def test_a_worker_that_keeps_finding_its_port_taken_is_an_error(monkeypatch):
+  taken = _listener(reuseport=True)
+  port = taken.getsockname()[1]
+  monkeypatch.setattr(runtime.portpicker, 'pick_unused_port', lambda: port)
+  before = {p.pid for p in runtime.worker_children()}
+  context = runtime.create_local_execution_context()
+  try:
+    with tff.framework.get_context_stack().install(context):
+      with pytest.raises(RuntimeError) as e:
+        _add_one(1)
+    assert str(e.value) == (
+        "TFF's worker_binary found its port taken by another process 3 "
+        f'times (the last: {port}); it was stopped.')
+    assert all(_wait_gone(p) for p in _new_workers(before))
+  finally:
+    taken.close()

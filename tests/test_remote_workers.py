@@ -491,3 +491,53 @@ def test_worker_killed_mid_run_then_resume_loses_nothing(
                    'eval_accuracy'):
       np.testing.assert_allclose(float(got[column]), float(want[column]),
                                  rtol=1e-5, atol=1e-6, err_msg=column)
+
+
+# `binaries.worker.start_worker_binary` in a process of its own (the worker's
+# flags would clash with the trainer's in this one): its internal port is
+# taken by a listener with SO_REUSEPORT, as TFF's worker_binary listens, on
+# the first `sys.argv[1]` picks.
+_START_ON_A_TAKEN_PORT = '''
+import os, socket, sys
+import portpicker, psutil
+from absl import flags
+from binaries import worker
+from tff_opt.program import worker_env
+flags.FLAGS.mark_as_parsed()
+taken = socket.socket(socket.AF_INET6)
+taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+taken.bind(("::", 0))
+taken.listen()
+port = taken.getsockname()[1]
+picks = [port] * int(sys.argv[1])
+try:
+  child, channel = worker.start_worker_binary(
+      worker.worker_binary_path(), dict(os.environ), max_calls=-1,
+      start_timeout=120,
+      pick_port=lambda: picks.pop() if picks else portpicker.pick_unused_port())
+except worker.UsageError as e:
+  print("error:", str(e).replace(str(port), "PORT"))
+else:
+  (arg,) = [a for a in psutil.Process(child.pid).cmdline()
+            if a.startswith("--port=")]
+  own = int(arg[len("--port="):])
+  print("started:", own != port, worker_env.is_sole_listener(child.pid, own),
+        worker_env.is_sole_listener(os.getpid(), port))
+  channel.close()
+  child.kill()
+  child.wait()
+print("children:", len(psutil.Process().children()))
+'''
+
+
+@pytest.mark.parametrize('taken_picks, expected', [
+    (1, 'started: True True True\nchildren: 0\n'),
+    (3, "error: TFF's worker_binary found its internal port taken by another "
+        'process 3 times (the last: PORT).\nchildren: 0\n'),
+], ids=['taken_once', 'taken_every_time'])
+def test_worker_starts_its_cpp_worker_on_a_port_nobody_else_holds(
+    taken_picks, expected):
+  result = subprocess.run(
+      [sys.executable, '-c', _START_ON_A_TAKEN_PORT, str(taken_picks)],
+      cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert result.stdout == expected, result.stderr[-2000:]

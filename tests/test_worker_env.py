@@ -2,6 +2,9 @@
 
 import json
 import os
+import socket
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -148,3 +151,44 @@ def test_binary_names_a_bad_inter_op_environment(monkeypatch):
       "TF_NUM_INTEROP_THREADS=all: expected a positive integer (TensorFlow's "
       "inter-op threads). It sets --max_concurrent_clients's default; unset "
       'it or give the flag.')
+
+
+# --- Who holds a port ---------------------------------------------------------
+
+
+def _listener(port=0, *, reuseport=True):
+  sock = socket.socket(socket.AF_INET6)
+  if reuseport:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+  sock.bind(('::', port))
+  sock.listen()
+  return sock
+
+
+def test_sole_listener_sees_a_second_process_sharing_the_port():
+  # What TFF's worker_binary does on a port another process took: it
+  # listens with SO_REUSEPORT, and the bind succeeds beside the other.
+  ours = _listener()
+  port = ours.getsockname()[1]
+  other = subprocess.Popen([
+      sys.executable, '-c',
+      'import socket, sys, time\n'
+      's = socket.socket(socket.AF_INET6)\n'
+      's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n'
+      f's.bind(("::", {port})); s.listen()\n'
+      'print("bound", flush=True); time.sleep(60)\n'],
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert other.stdout.readline() == 'bound\n'
+    assert worker_env.port_held_by_another(other.pid, port)
+    assert worker_env.port_held_by_another(os.getpid(), port)
+    assert not worker_env.is_sole_listener(other.pid, port)
+    assert not worker_env.is_sole_listener(os.getpid(), port)
+    ours.close()
+    assert worker_env.is_sole_listener(other.pid, port)
+    assert not worker_env.port_held_by_another(other.pid, port)
+  finally:
+    other.kill()
+    other.wait()
+  assert not worker_env.port_held_by_another(os.getpid(), port)
+  assert not worker_env.is_sole_listener(other.pid, port)

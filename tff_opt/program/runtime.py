@@ -37,7 +37,12 @@ accepts connections ~60 ms after it is spawned. Here `subprocess.Popen`
 returns at once, and the first computation probes the worker's port every
 `WORKER_POLL_SECONDS` (50 ms) before it makes the channel; a worker that
 exits while starting is an error naming its status instead of an endless
-wait. The rest is TFF's local context: the same executor service, stub,
+wait. Unlike TFF, the worker that answers is checked to be the only process
+on its port (`worker_env.is_sole_listener`): TFF's worker listens with
+SO_REUSEPORT, so on a port another process took after `portpicker` chose
+it (two workers starting at once can choose the same one) it would share
+that process's connections silently; it is started anew on another port
+instead. The rest is TFF's local context: the same executor service, stub,
 channel options and compiler, and a worker found dead is started anew on
 the next computation.
 
@@ -86,6 +91,8 @@ WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data',
 WORKER_POLL_SECONDS = 0.05
 # How long a local worker may take to answer before it is an error.
 WORKER_START_TIMEOUT = 300.0
+# Ports tried before a worker that keeps finding its port taken is an error.
+WORKER_PORT_ATTEMPTS = 3
 _lock = threading.Lock()
 _hooks_installed = False
 
@@ -242,12 +249,40 @@ class _LocalWorker:
     self._stub = None
 
   def _wait(self) -> None:
-    """Waits until the worker accepts connections on its port."""
+    """Waits until the worker answers on its port, alone there.
+
+    A port that another process took after `portpicker` chose it
+    (`worker_env.is_sole_listener`: the worker would share it, or fail to
+    bind and exit) gets the worker started anew on another port, at most
+    `WORKER_PORT_ATTEMPTS` times in all.
+    """
+    for attempt in range(1, WORKER_PORT_ATTEMPTS + 1):
+      if self._answers_alone():
+        break
+      if attempt == WORKER_PORT_ATTEMPTS:
+        raise RuntimeError(
+            f'TFF\'s worker_binary found its port taken by another process '
+            f'{attempt} times (the last: {self._port}); it was stopped.')
+      self._start()
+    channel = grpc.insecure_channel(f'localhost:{self._port}',
+                                    worker_env.GRPC_OPTIONS)
+    self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+
+  def _answers_alone(self) -> bool:
+    """Waits for the worker to answer; False (it is stopped) on a clash.
+
+    Raises:
+      RuntimeError: If the worker exits before it answers on a port no
+        other process holds, or does not answer within
+        `WORKER_START_TIMEOUT` (it is stopped).
+    """
     process = self._process[0]
     deadline = time.monotonic() + WORKER_START_TIMEOUT
     while True:
       status = process.poll()
       if status is not None:
+        if worker_env.port_held_by_another(process.pid, self._port):
+          return False  # TFF's worker exits (status 0) when it cannot bind.
         raise RuntimeError(
             f'TFF\'s worker_binary (pid {process.pid}) exited with status '
             f'{status} before it answered on port {self._port}; its own '
@@ -268,9 +303,11 @@ class _LocalWorker:
               'stopped.'
           ) from None
         time.sleep(WORKER_POLL_SECONDS)
-    channel = grpc.insecure_channel(f'localhost:{self._port}',
-                                    worker_env.GRPC_OPTIONS)
-    self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+    if worker_env.is_sole_listener(process.pid, self._port):
+      return True
+    process.kill()
+    process.wait()
+    return False
 
   def stub(self) -> remote_executor_grpc_stub.RemoteExecutorGrpcStub:
     """The worker's stub, once it answers; a dead worker is started anew."""

@@ -161,3 +161,73 @@ def worker_environment(*, intra_op_threads: Optional[int] = None,
     env[ONEDNN_ENV] = '1' if onednn else '0'
   return env
 
+
+
+# Where Linux lists every TCP socket of this network namespace; a listening
+# one has state 0A, its local port is the hex after the colon of field 1,
+# and field 9 is its inode.
+_PROC_TCP_TABLES = ('/proc/net/tcp', '/proc/net/tcp6')
+_TCP_LISTEN = '0A'
+
+
+def _listening_inodes(port: int) -> Optional[set[str]]:
+  """Inodes of the TCP sockets listening on `port`; None without /proc."""
+  inodes = set()
+  tables = 0
+  for table in _PROC_TCP_TABLES:
+    try:
+      with open(table, encoding='ascii') as f:
+        lines = f.read().splitlines()[1:]
+    except OSError:
+      continue
+    tables += 1
+    for line in lines:
+      fields = line.split()
+      if (len(fields) > 9 and fields[3] == _TCP_LISTEN and
+          int(fields[1].rsplit(':', 1)[1], 16) == port):
+        inodes.add(fields[9])
+  return inodes if tables else None
+
+
+def _socket_inodes(pid: int) -> set[str]:
+  """Inodes of the sockets process `pid` holds open (none once it ended)."""
+  inodes = set()
+  fd_dir = f'/proc/{pid}/fd'
+  try:
+    fds = os.listdir(fd_dir)
+  except OSError:
+    return inodes
+  for fd in fds:
+    try:
+      target = os.readlink(os.path.join(fd_dir, fd))
+    except OSError:
+      continue
+    if target.startswith('socket:['):
+      inodes.add(target[len('socket:['):-1])
+  return inodes
+
+
+def port_held_by_another(pid: int, port: int) -> bool:
+  """Whether a process other than `pid` listens on TCP `port`.
+
+  Any process, once `pid` has ended. False where the sockets cannot be
+  listed (no /proc: macOS).
+  """
+  listening = _listening_inodes(port)
+  return bool(listening) and not listening <= _socket_inodes(pid)
+
+
+def is_sole_listener(pid: int, port: int) -> bool:
+  """Whether process `pid` listens on TCP `port` and no other process does.
+
+  TFF's `worker_binary` listens with SO_REUSEPORT (gRPC's default), so one
+  started on a port another process took after `portpicker` chose it (a
+  second worker that chose the same port, say) shares that port silently,
+  and a connection to it reaches either. A worker that answers on its port
+  is the one that was started only when this holds. Without Linux's /proc
+  (macOS), where the sockets cannot be listed, it says True.
+  """
+  listening = _listening_inodes(port)
+  if listening is None:
+    return True
+  return bool(listening) and listening <= _socket_inodes(pid)
