@@ -10,7 +10,10 @@ Every grid point is one run of `python -m binaries.train` with its own
 `--output_dir` under `--sweep_dir` (`<sweep_dir>/<point name>/`, logs in
 `<sweep_dir>/logs/`), at most `--parallel` at once. Running the sweep again
 skips finished points (their `metrics.csv` has every round) and resumes the
-others from their checkpoints. Then:
+others from their checkpoints. A run killed by SIGKILL, what the kernel's
+out-of-memory killer sends, is started again at once from its last
+checkpoint, `KILLED_RETRIES` times at most (`run_jobs`; a run this process
+stopped is not). Then:
 
     summary.csv    one row per point: learning rates, tau, status, the
                    selection score (mean train_loss over the last 100
@@ -217,6 +220,11 @@ _RUNNING_LOCK = threading.Lock()
 _STOPPING = threading.Event()  # Set by `stop_running`: launch no more.
 # How long `stop_running` waits for the runs to exit before SIGKILL.
 STOP_SECONDS = 30.0
+# How many times a run killed by SIGKILL is launched again (it resumes from
+# its last checkpoint): a FedCurv run whose worker held ~15 GB was killed so
+# on a 23 GB machine when tests ran beside it, and its queue went on without
+# it (issue 30).
+KILLED_RETRIES = 2
 
 
 def train_command(argv: Sequence[str]) -> list[str]:
@@ -293,7 +301,9 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
   job.rounds)`; the others are launched (an unfinished one resumes from its checkpoints, as
   `binaries.train` does), each logging to `<logs_dir>/<name>.log`, unless,
   when its turn comes, another process is writing its directory
-  (`output_lock.holder`): that one is left to it.
+  (`output_lock.holder`): that one is left to it. A run killed by SIGKILL
+  (exit -9; the out-of-memory killer's signal) is launched again at once,
+  up to `KILLED_RETRIES` times, unless `stop_running` stopped it.
 
   Args:
     jobs: The runs, with distinct names.
@@ -344,6 +354,17 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     with lock:
       log(f'{job.name}: started (log {log_path})')
     status = launcher(list(job.argv), log_path)
+    for attempt in range(1, KILLED_RETRIES + 1):
+      if status != -signal.SIGKILL or _STOPPING.is_set():
+        break
+      note = (f'{job.name}: killed by SIGKILL (the kernel\'s out-of-memory '
+              'killer sends it: see dmesg); started again from its last '
+              f'checkpoint ({attempt} of {KILLED_RETRIES})')
+      with open(log_path, 'a') as f:
+        f.write(f'sweep: {note}\n')
+      with lock:
+        log(note)
+      status = launcher(list(job.argv), log_path)
     ok = status == 0 and analysis.is_finished(job.output_dir, job.rounds)
     if not ok and _STOPPING.is_set():  # Stopped by us: it resumes later.
       with lock:

@@ -521,3 +521,59 @@ def test_threads_per_run_reaches_the_runs_environment(tmp_path, monkeypatch):
                     '--server_lrs=1', '--rounds=3', f'--sweep_dir={tmp_path}',
                     '--parallel=2', '--threads_per_run=1'], launcher) == 0
   assert seen == [('1', '1')]
+
+
+@pytest.mark.parametrize('kills, outcome', [(1, 'finished'),
+                                            (3, 'failed')])
+def test_a_run_killed_by_sigkill_is_started_again_twice_at_most(
+    kills, outcome, tmp_path):
+  """The OOM killer's SIGKILL: the run resumes, its queue does not move on."""
+  out = str(tmp_path / 'run')
+  logs = str(tmp_path / 'logs')
+  statuses = [-signal.SIGKILL] * kills + [0]
+  launches, lines = [], []
+
+  def launcher(argv, log_path):
+    del argv
+    launches.append(log_path)
+    status = statuses[len(launches) - 1]
+    write_run(out, [1.0] * (len(launches) if status else 6))
+    return status
+
+  result = sweep.run_jobs([sweep.Job('run', (out,), out, 6)], logs_dir=logs,
+                          launcher=launcher, log=lines.append)
+  assert result == {'run': outcome}
+  assert len(launches) == min(kills, sweep.KILLED_RETRIES) + 1 == (
+      2 if kills == 1 else 3)
+  notes = [f"run: killed by SIGKILL (the kernel's out-of-memory killer "
+           f'sends it: see dmesg); started again from its last checkpoint '
+           f'({i} of 2)' for i in range(1, len(launches))]
+  assert lines[1:-1] == notes
+  with open(os.path.join(logs, 'run.log')) as f:
+    assert f.read() == ''.join(f'sweep: {n}\n' for n in notes)
+  if outcome == 'failed':
+    assert lines[-1] == (f'run: FAILED (exit -9; see '
+                         f'{os.path.join(logs, "run.log")})')
+
+
+def test_a_run_stopped_by_the_sweep_is_not_started_again(tmp_path):
+  # stop_running's last resort is SIGKILL: that one is not a retry.
+  out = str(tmp_path / 'run')
+  launches, lines = [], []
+
+  def launcher(argv, log_path):
+    del argv, log_path
+    launches.append(1)
+    sweep._STOPPING.set()  # pylint: disable=protected-access
+    return -signal.SIGKILL
+
+  try:
+    result = sweep.run_jobs([sweep.Job('run', (out,), out, 3)],
+                            logs_dir=str(tmp_path / 'logs'),
+                            launcher=launcher, log=lines.append)
+  finally:
+    sweep._STOPPING.clear()  # pylint: disable=protected-access
+  assert result == {'run': 'interrupted'}
+  assert len(launches) == 1
+  assert lines[-1] == ('run: interrupted (exit -9; resumes with the same '
+                       'command)')
