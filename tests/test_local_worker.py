@@ -18,6 +18,7 @@ import psutil
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
 from tff_opt.program import runtime
 from tff_opt.program import worker_env
@@ -238,3 +239,29 @@ def test_a_worker_that_keeps_finding_its_port_taken_is_an_error(monkeypatch):
     assert all(_wait_gone(p) for p in _new_workers(before))
   finally:
     taken.close()
+
+
+def test_a_value_the_trainer_drops_is_disposed_of_on_the_worker_at_once(
+    context, monkeypatch):
+  # TFF's RemoteExecutor disposes of values 20 at a time: a worker then
+  # keeps the arguments and results of several rounds (FedCurv's: GBs).
+  stub_class = remote_executor_grpc_stub.RemoteExecutorGrpcStub
+  disposed = []
+  dispose = stub_class.dispose
+
+  def recording(self, request):
+    disposed.append(len(request.value_ref))
+    return dispose(self, request)
+
+  monkeypatch.setattr(stub_class, 'dispose', recording)
+  context, _ = context
+  with tff.framework.get_context_stack().install(context):
+    assert _add_one(41) == 42
+    gc.collect()
+    # One call makes a handful of values (the computation, its argument,
+    # its result), each disposed of by itself, none left waiting.
+    assert disposed and set(disposed) == {1}
+    count = len(disposed)
+    assert _add_one(1) == 2
+    gc.collect()
+    assert len(disposed) == 2 * count

@@ -93,6 +93,16 @@ WORKER_POLL_SECONDS = 0.05
 WORKER_START_TIMEOUT = 300.0
 # Ports tried before a worker that keeps finding its port taken is an error.
 WORKER_PORT_ATTEMPTS = 3
+# Values the trainer no longer holds that the worker keeps until they are
+# disposed of together. TFF's default, 20, kept ~20 values alive on the
+# worker: a round's arguments and results for several rounds. FedCurv's
+# claim runs (96 devices, each with its Fisher terms, ~1.3 GB of client
+# state in and out of every round) grew their worker to 14-16 GB, and the
+# kernel's OOM killer ended it every few rounds on a 23 GB machine; with 1,
+# each value goes as soon as the trainer drops it (10 clients x 10 MB per
+# call: worker RSS 1.8-2.6 GB over 30 calls with 20, 0.46-0.56 GB with 1;
+# results/perf/worker_memory.md). One more small RPC per value.
+DISPOSE_BATCH_SIZE = 1
 _lock = threading.Lock()
 _hooks_installed = False
 
@@ -407,7 +417,8 @@ def _worker_context(context_class, stub_fn):
   """A TFF context of `context_class` running everything on one worker.
 
   As TFF's local context is made, with the stub from `stub_fn()` for each
-  new executor.
+  new executor, except that each value the trainer drops is disposed of on
+  the worker at once (`DISPOSE_BATCH_SIZE`).
   """
 
   def executor_fn(cardinalities):
@@ -415,7 +426,8 @@ def _worker_context(context_class, stub_fn):
     # still names the clients placement (with no clients).
     if cardinalities.get(tff.CLIENTS) is None:
       cardinalities[tff.CLIENTS] = 0
-    executor = remote_executor.RemoteExecutor(stub_fn())
+    executor = remote_executor.RemoteExecutor(
+        stub_fn(), dispose_batch_size=DISPOSE_BATCH_SIZE)
     executor.set_cardinalities(cardinalities)
     return executor
 
