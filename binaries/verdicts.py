@@ -225,6 +225,8 @@ class Better:
       diffs.append(d)
     verdict, why = _verdict_of(outcomes, res,
                                _censored_text(measure, setting))
+    if verdict == 'pending':
+      why += _so_far({self.method: a, self.other: b}, measure)
     return verdict, (
         f'difference in the claimed direction {_fmt(diffs, "diff")} over '
         f'{len(outcomes)} seed(s); {why}')
@@ -337,14 +339,28 @@ class Within:
     return verdict, numbers
 
 
-def _so_far(runs: Mapping[str, Mapping[int, Optional[float]]]) -> str:
-  """'; so far: A 57.34 (1 seed), ...' for the methods with a value."""
+def _so_far(runs: Mapping[str, Mapping[int, Optional[float]]],
+            measure: Optional[Measure] = None) -> str:
+  """'; so far: A 57.34 (1 seed), ...' for the methods with a value.
+
+  A `rounds_to` measure's values are whole rounds ('A 40 (1 seed)'), and a
+  method whose finished runs all missed the target says so ('A not
+  reached (1 seed)').
+  """
+  rounds = measure is not None and measure.kind == 'rounds_to'
   have = []
   for m, by_seed in runs.items():
     got = [v for v in by_seed.values() if v is not None and not math.isnan(v)]
-    if got:
-      have.append(f'{m} {statistics.fmean(got):.2f} ({len(got)} seed'
-                  f'{"s" if len(got) > 1 else ""})')
+    seeds = len(got) or (len(by_seed) if rounds else 0)
+    if not seeds:
+      continue
+    if not got:
+      text = 'not reached'
+    elif rounds:
+      text = f'{statistics.fmean(got):g}'
+    else:
+      text = f'{statistics.fmean(got):.2f}'
+    have.append(f'{m} {text} ({seeds} seed{"s" if seeds > 1 else ""})')
   return '; so far: ' + ', '.join(have) if have else ''
 
 
@@ -383,6 +399,8 @@ class Fastest:
       diffs.append(d)
     verdict, why = _verdict_of(outcomes, res,
                                _censored_text(measure, setting))
+    if verdict == 'pending':
+      why += _so_far(runs, measure)
     return verdict, (
         f'rounds saved against the fastest other {_fmt(diffs, "diff")}; '
         f'{why}')

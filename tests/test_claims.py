@@ -319,6 +319,27 @@ def test_fastest_against_the_fastest_other_method():
       claim, values)[0] == 'not reproduced'
 
 
+def test_pending_pairwise_checks_show_the_numbers_so_far():
+  # Reddi et al. after four of the five optimizers' first seed: which one
+  # reached 50 % first is in the table before the verdict can be.
+  claim = _claim((Measure('50%', 'rounds_to', 0.5, scale=1.0),
+                  Measure('acc', 'final')), rounds=1500)
+  values = {('A', 'S', '50%'): {0: 150.0}, ('B', 'S', '50%'): {0: 120.0},
+            ('C', 'S', '50%'): {0: None}, ('A', 'S', 'acc'): {0: 57.34},
+            ('B', 'S', 'acc'): {0: 57.2, 1: 57.0}}
+  assert claims.Fastest('A', ('B', 'C', 'D'), 'S', '50%').evaluate(
+      claim, values) == (
+          'pending', 'rounds saved against the fastest other n/a; 0 seed(s) '
+          'finished; so far: A 150 (1 seed), B 120 (1 seed), C not reached '
+          '(1 seed)')
+  assert claims.Better('A', 'B', 'S', 'acc').evaluate(claim, values) == (
+      'pending', 'difference in the claimed direction +0.14 over 1 seed(s); '
+      '1 seed(s) finished; so far: A 57.34 (1 seed), B 57.10 (2 seeds)')
+  assert claims.Better('C', 'D', 'S', 'acc').evaluate(claim, values) == (
+      'pending', 'difference in the claimed direction n/a over 0 seed(s); 0 '
+      'seed(s) finished')
+
+
 class _Fixed:
   """A check whose verdict is given (for the claim's priority order)."""
 
