@@ -27,7 +27,8 @@ it always listens on `[::]:PORT` (every interface) with insecure credentials
 (worker_main.cc: "TODO: Add option for secure server connections"). So this
 program starts `worker_binary` on an internal port picked at random (and
 on another if a process took that one first: the C++ worker would share it
-silently, `start_worker_binary`) and serves the public --host:--port itself: a gRPC relay that forwards TFF's
+silently, `start_worker_binary`) and serves the public --host:--port
+itself: a gRPC relay that forwards TFF's
 ExecutorGroup calls (all unary) unchanged, with TLS when asked, and answers
 UNIMPLEMENTED to anything else. The internal port is still open on every
 interface of this host, as it is for TFF's own local execution context,
