@@ -530,10 +530,11 @@ def main(argv: Sequence[str],
             flush=True)
     first = False
     if FLAGS.dry_run:
-      for _, p in ordered:
-        done = (' # finished, would be skipped'
-                if analysis.is_finished(p.output_dir, p.rounds) else '')
-        print('python -m binaries.train ' + ' '.join(p.argv) + done)
+      sweep.print_dry_run(
+          [sweep.Job(name=run_name(name, p), argv=p.argv,
+                     output_dir=p.output_dir, rounds=p.rounds)
+           for name, p in ordered], prog='claims',
+          log=lambda line: print(line, flush=True))
       return
     if not jobs:
       break

@@ -645,14 +645,12 @@ def main(argv: Sequence[str],
         f'{FLAGS.parallel} at a time, in {work_dir}', flush=True)
   if spec.stand_in:
     print(f'reproduce: {spec.stand_in}', flush=True)
-  if FLAGS.dry_run:
-    for p in points:
-      done = (' # finished, would be skipped'
-              if analysis.is_finished(p.output_dir, p.rounds) else '')
-      print('python -m binaries.train ' + ' '.join(p.argv) + done)
-    return
   jobs = [sweep.Job(name=p.name, argv=p.argv, output_dir=p.output_dir,
                     rounds=p.rounds) for p in points]
+  if FLAGS.dry_run:
+    sweep.print_dry_run(jobs, prog='reproduce',
+                        log=lambda line: print(line, flush=True))
+    return
   try:
     outcome = sweep.run_jobs(
         jobs, logs_dir=os.path.join(work_dir, sweep.LOGS_DIR),

@@ -292,6 +292,59 @@ class Job:
   rounds: int
 
 
+def describe_progress(progress: analysis.Progress) -> str:
+  """Where a run stands, in words: what `print_dry_run` puts after it."""
+  if not progress.left:
+    return 'finished, would be skipped'
+  if not progress.logged:
+    return 'not begun'
+  text = (f'{progress.logged} rounds logged, '
+          f'{"at most " if progress.stops_early else ""}{progress.left} left')
+  if progress.seconds_left is not None:
+    text += (f' (~{describe_seconds(progress.seconds_left)} at the pace of '
+             'its last rounds)')
+  return text
+
+
+def describe_seconds(seconds: float) -> str:
+  """A duration to two figures: '40 s', '25 min', '3.1 h', '52 h'."""
+  if round(seconds) < 60:
+    return f'{seconds:.0f} s'
+  if round(seconds / 60) < 60:
+    return f'{seconds / 60:.0f} min'
+  hours = seconds / 3600
+  return f'{hours:.1f} h' if round(hours, 1) < 10 else f'{hours:.0f} h'
+
+
+def print_dry_run(jobs: Sequence[Job], *, prog: str,
+                  log: Callable[[str], None] = print) -> None:
+  """Prints each job's command and where its run stands, then a total.
+
+  One line a job: `python -m binaries.train <argv>  # <describe_progress>`,
+  then `<prog>: F finished, B begun (~T of run time left by their own
+  pace), N not begun`. T adds the begun runs' estimates
+  (`analysis.progress`); a run not begun has no pace to go by, so none is
+  counted for it.
+  """
+  finished = begun = not_begun = 0
+  seconds = 0.0
+  for job in jobs:
+    progress = analysis.progress(job.output_dir, job.rounds)
+    log(f'python -m binaries.train {" ".join(job.argv)}  '
+        f'# {describe_progress(progress)}')
+    if not progress.left:
+      finished += 1
+    elif not progress.logged:
+      not_begun += 1
+    else:
+      begun += 1
+      seconds += progress.seconds_left or 0.0
+  pace = (f' (~{describe_seconds(seconds)} of run time left by their own '
+          'pace)' if begun else '')
+  log(f'{prog}: {finished} finished, {begun} begun{pace}, {not_begun} not '
+      'begun')
+
+
 def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
              launcher: Launcher = subprocess_launcher,
              log: Callable[[str], None] = print) -> dict[str, str]:
@@ -508,6 +561,18 @@ def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
     raise ValueError(f'parallel must be a positive integer, got {parallel}.')
   if rounds < 1:
     raise ValueError(f'rounds must be a positive integer, got {rounds}.')
+  jobs = sweep_jobs(points, sweep_dir=sweep_dir, task=task,
+                    algorithm=algorithm, server_opt=server_opt, rounds=rounds,
+                    train_flags=train_flags)
+  outcome = run_jobs(jobs, logs_dir=os.path.join(sweep_dir, LOGS_DIR),
+                     parallel=parallel, launcher=launcher, log=log)
+  return {point: outcome[point.name] for point in points}
+
+
+def sweep_jobs(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
+               algorithm: str, server_opt: str, rounds: int,
+               train_flags: Optional[Sequence[str]] = None) -> list[Job]:
+  """The grid's runs, each in `<sweep_dir>/<point name>/` (`train_argv`)."""
   jobs = []
   for point in points:
     output_dir = os.path.join(sweep_dir, point.name)
@@ -517,9 +582,7 @@ def run_sweep(points: Sequence[GridPoint], *, sweep_dir: str, task: str,
                               server_opt=server_opt, rounds=rounds,
                               output_dir=output_dir,
                               train_flags=train_flags))))
-  outcome = run_jobs(jobs, logs_dir=os.path.join(sweep_dir, LOGS_DIR),
-                     parallel=parallel, launcher=launcher, log=log)
-  return {point: outcome[point.name] for point in points}
+  return jobs
 
 
 def collect(points: Sequence[GridPoint], *, sweep_dir: str, rounds: int,
@@ -847,10 +910,9 @@ def _main(argv: Sequence[str], launcher: Launcher) -> None:
   print(f'sweep: {len(points)} points, {rounds} rounds each, '
         f'{FLAGS.parallel} at a time, in {sweep_dir}', flush=True)
   if FLAGS.dry_run:
-    for point in points:
-      print('python -m binaries.train ' + ' '.join(train_argv(
-          point, output_dir=os.path.join(sweep_dir, point.name),
-          train_flags=FLAGS.train_flag, **settings)))
+    print_dry_run(sweep_jobs(points, sweep_dir=sweep_dir,
+                             train_flags=FLAGS.train_flag, **settings),
+                  prog='sweep', log=lambda line: print(line, flush=True))
     return
   try:
     claim_sweep_dir(sweep_dir, dict(

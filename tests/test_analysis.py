@@ -259,3 +259,54 @@ def test_unlogged_rounds_lists_the_holes_and_the_tail(tmp_path):
   test_sweep.drop_rounds(run, (2, 3))
   assert analysis.unlogged_rounds(run, 8) == [2, 3, 7, 8]
   assert not analysis.is_finished(run, 6)
+
+
+# --- Where a run stands -------------------------------------------------------
+
+
+def _write_round_seconds(run_dir, seconds):
+  """A `metrics.csv` whose round r took `seconds[r - 1]` ('' for none)."""
+  os.makedirs(run_dir, exist_ok=True)
+  with open(os.path.join(run_dir, analysis.METRICS_FILE), 'w') as f:
+    f.write('round,eval_accuracy,round_seconds\n')
+    f.writelines(f'{r},,{s}\n' for r, s in enumerate(seconds, start=1))
+
+
+def test_progress_times_the_rounds_left_by_the_last_rounds(tmp_path):
+  run = str(tmp_path / 'run')
+  assert analysis.progress(run, 10) == analysis.Progress(
+      logged=0, left=10, stops_early=False, seconds_left=None)
+  # 10 slow rounds (a start), then 50 taking 2 s and 4 s in turn.
+  _write_round_seconds(run, [100.0] * 10 + [2.0, 4.0] * 25)
+  assert analysis.RECENT_ROUNDS == 50
+  assert analysis.progress(run, 100) == analysis.Progress(
+      logged=60, left=40, stops_early=False, seconds_left=40 * 3.0)
+  assert analysis.progress(run, 100, recent=60).seconds_left == (
+      40 * (10 * 100.0 + 25 * 6.0) / 60)
+  assert analysis.progress(run, 60) == analysis.Progress(
+      logged=60, left=0, stops_early=False, seconds_left=0.0)
+  # Rounds past the run's own count are not its.
+  assert analysis.progress(run, 50).logged == 50
+
+
+def test_progress_skips_untimed_rounds_and_counts_holes(tmp_path):
+  run = str(tmp_path / 'run')
+  _write_round_seconds(run, ['', 'nan', 6.0, '', 3.0])
+  test_sweep.drop_rounds(run, (4,))
+  assert analysis.progress(run, 6) == analysis.Progress(
+      logged=4, left=2, stops_early=False, seconds_left=2 * 4.5)
+  _write_round_seconds(run, ['', ''])
+  assert analysis.progress(run, 5).seconds_left is None
+
+
+def test_progress_of_a_run_that_stops_at_a_target(tmp_path):
+  run = str(tmp_path / 'run')
+  write_run(run, [1.0] * 20, accuracy=lambda r: r / 100)  # 0.1 s a round.
+  _write_hparams(run, stop_at='eval_accuracy:0.5')
+  progress = analysis.progress(run, 40)
+  assert (progress.logged, progress.left, progress.stops_early) == (20, 20,
+                                                                    True)
+  assert progress.seconds_left == pytest.approx(2.0)
+  _write_hparams(run, stop_at='eval_accuracy:0.2')  # Reached at round 20.
+  assert analysis.progress(run, 40) == analysis.Progress(
+      logged=20, left=0, stops_early=False, seconds_left=0.0)

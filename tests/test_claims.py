@@ -552,6 +552,11 @@ def test_seeds_default_to_the_claims_own(tmp_path, capsys):
   assert {_flag(line.split(), 'seed') for line in printed.splitlines()
           if line.startswith('python -m binaries.train')} == {
               '0', '1', '2', str(claims.TUNING_SEED)}
+  runs = [line for line in printed.splitlines()
+          if line.startswith('python -m binaries.train')]
+  assert all(line.endswith('  # not begun') for line in runs)
+  assert printed.splitlines()[-1] == (
+      f'claims: 0 finished, 0 begun, {len(runs)} not begun')
 
 
 def test_one_seed_is_pending(tmp_path):

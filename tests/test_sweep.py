@@ -19,6 +19,7 @@ import pytest
 
 from binaries import sweep
 from tests import binary
+from tff_opt.program import analysis
 from tff_opt.program import output_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,6 +111,47 @@ def test_lowest_last_100_round_loss_wins_not_lowest_overall(tmp_path,
   assert ('selected: client_lr=0.1 server_lr=1 (mean train_loss of the '
           'last 100 rounds 0.3000)') in out
   assert os.path.getsize(os.path.join(sweep_dir, 'heatmap.png')) > 1000
+
+
+def test_dry_run_says_where_each_run_stands_and_launches_nothing(tmp_path,
+                                                                 capsys):
+  sweep_dir = str(tmp_path)
+  finished, begun, _ = sweep.explicit_grid([0.1, 0.01, 0.001], [1.0])
+  write_run(os.path.join(sweep_dir, finished.name), [0.5] * 20)
+  write_run(os.path.join(sweep_dir, begun.name), [0.5] * 5)  # 0.1 s each.
+  assert _run_main(['--task=digits', '--server_opt=sgd',
+                    '--client_lrs=0.1,0.01,0.001', '--server_lrs=1',
+                    '--rounds=20', f'--sweep_dir={sweep_dir}', '--dry_run'],
+                   _never) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split('  # ')[1] for line in lines[1:4]] == [
+      'finished, would be skipped',
+      '5 rounds logged, 15 left (~2 s at the pace of its last rounds)',
+      'not begun']
+  assert all(line.startswith('python -m binaries.train --task=digits ')
+             for line in lines[1:4])
+  assert lines[4:] == [
+      'sweep: 1 finished, 1 begun (~2 s of run time left by their own '
+      'pace), 1 not begun']
+  assert not os.path.exists(os.path.join(sweep_dir, 'summary.csv'))
+
+
+@pytest.mark.parametrize('seconds, text', [
+    (0.0, '0 s'), (40.4, '40 s'), (59.7, '1 min'), (1500.0, '25 min'),
+    (3590.0, '1.0 h'), (11_160.0, '3.1 h'), (35_990.0, '10 h'),
+    (187_200.0, '52 h')])
+def test_describe_seconds_to_two_figures(seconds, text):
+  assert sweep.describe_seconds(seconds) == text
+
+
+def test_describe_progress_says_at_most_for_a_run_that_may_stop_early():
+  assert sweep.describe_progress(analysis.Progress(
+      logged=23, left=17, stops_early=True, seconds_left=3600.0)) == (
+          '23 rounds logged, at most 17 left (~1.0 h at the pace of its '
+          'last rounds)')
+  assert sweep.describe_progress(analysis.Progress(
+      logged=3, left=2, stops_early=False, seconds_left=None)) == (
+          '3 rounds logged, 2 left')
 
 
 def test_resumed_sweep_launches_only_unfinished_points(tmp_path):

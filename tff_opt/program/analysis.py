@@ -261,6 +261,48 @@ def is_finished(run_dir: str, rounds: int) -> bool:
   return not unlogged_rounds(run_dir, rounds)
 
 
+# How many of a run's last logged rounds `progress` times its rest by.
+RECENT_ROUNDS = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+  """Where a run stands (`progress`).
+
+  Attributes:
+    logged: Rounds it has logged (of 1..rounds).
+    left: Rounds it will still run (`unlogged_rounds`); for a run with an
+      unreached `stop_at` target, at most that many (`stops_early`).
+    stops_early: Whether it may stop before `left` more rounds.
+    seconds_left: `left` times the mean `round_seconds` of its last
+      `RECENT_ROUNDS` logged rounds (their evaluations included, its
+      checkpoints and start-up not); 0 when nothing is left, None when
+      no round was timed.
+  """
+  logged: int
+  left: int
+  stops_early: bool
+  seconds_left: Optional[float]
+
+
+def progress(run_dir: str, rounds: int, *,
+             recent: int = RECENT_ROUNDS) -> Progress:
+  """Where the run in `run_dir`, of `rounds` rounds, stands (`Progress`)."""
+  rows = sorted((r for r in read_metrics_if_any(run_dir)
+                 if 1 <= r['round'] <= rounds), key=lambda r: r['round'])
+  left = len(unlogged_rounds(run_dir, rounds))
+  times = [r['round_seconds'] for r in rows[-recent:]
+           if r.get('round_seconds') is not None
+           and math.isfinite(r['round_seconds'])]
+  if not left:
+    seconds = 0.0
+  else:
+    seconds = left * sum(times) / len(times) if times else None
+  return Progress(logged=len({r['round'] for r in rows}), left=left,
+                  stops_early=bool(left) and read_stop_at(run_dir) is not None,
+                  seconds_left=seconds)
+
+
 def logged_through(rows: Sequence[Mapping[str, Any]]) -> int:
   """The last round r such that `rows` log every round 1..r (0: no round 1)."""
   logged = {int(r['round']) for r in rows}
