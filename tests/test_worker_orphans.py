@@ -1,4 +1,6 @@
-"""A trainer killed by SIGKILL leaves no `worker_binary` behind (issue 16.3)."""
+"""A trainer killed by SIGKILL leaves no `worker_binary` behind (issue 16.3);
+`runtime.wait_for_worker` fails fast on a closed port and names the reason.
+"""
 
 import os
 import signal
@@ -6,7 +8,9 @@ import subprocess
 import sys
 import time
 
+import grpc
 import psutil
+import pytest
 
 # A trainer as binaries.train runs one: local context, one round of the
 # training loop (which gives the worker its watchdog), then still busy.
@@ -99,3 +103,76 @@ def test_closed_port_fails_fast_instead_of_waiting_the_timeout(monkeypatch):
   assert message.endswith('Start one there with `python -m binaries.worker '
                           '--port=PORT`, or check the port.')
 
+
+
+class _FailedProbe(grpc.RpcError, grpc.Call):
+  """What a gRPC call raises: an error with a status code and details."""
+
+  def __init__(self, code, details):
+    super().__init__()
+    self._code, self._details = code, details
+
+  def code(self):
+    return self._code
+
+  def details(self):
+    return self._details
+
+  # grpc.Call's other abstract methods; the probe reads none of them.
+  def initial_metadata(self):
+    return None
+
+  def trailing_metadata(self):
+    return None
+
+  def is_active(self):
+    return False
+
+  def time_remaining(self):
+    return None
+
+  def cancel(self):
+    return False
+
+  def add_callback(self, callback):
+    return False
+
+
+class _Channel:
+  """A channel whose probes fail with `errors` in turn (then the last)."""
+
+  def __init__(self, errors):
+    self.errors = list(errors)
+    self.calls = 0
+
+  def unary_unary(self, method):
+    del method
+
+    def probe(request, timeout):
+      del request, timeout
+      self.calls += 1
+      raise self.errors[min(self.calls, len(self.errors)) - 1]
+
+    return probe
+
+
+def test_a_probe_cut_short_by_the_deadline_keeps_the_reason_seen_before():
+  # A loaded machine: the last probe before the deadline times out on its
+  # own before the TLS handshake fails again; the report still names the
+  # certificate, not the timeout.
+  from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
+  handshake = _FailedProbe(grpc.StatusCode.UNAVAILABLE,
+                           'Ssl handshake failed: CERTIFICATE_VERIFY_FAILED')
+  cut = _FailedProbe(grpc.StatusCode.DEADLINE_EXCEEDED, 'Deadline Exceeded')
+  channel = _Channel([handshake, cut])
+  with pytest.raises(runtime.WorkerError) as e:
+    runtime.wait_for_worker(channel, 'h:1', timeout=0.5)
+  assert channel.calls >= 2
+  assert str(e.value).startswith(
+      'worker h:1 is not reachable within 0.5 s (UNAVAILABLE: Ssl handshake '
+      'failed: CERTIFICATE_VERIFY_FAILED). Start one there with ')
+  # With no reason before it, the timeout is the reason.
+  with pytest.raises(runtime.WorkerError, match=r'^worker h:1 is not '
+                     r'reachable within 0.3 s \(DEADLINE_EXCEEDED: Deadline '
+                     r'Exceeded\)\. '):
+    runtime.wait_for_worker(_Channel([cut]), 'h:1', timeout=0.3)

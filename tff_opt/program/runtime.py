@@ -697,6 +697,7 @@ class _WorkerStub(remote_executor_stub.RemoteExecutorStub):
 
 
 REFUSED_GRACE = 10.0  # Seconds a refused port is retried (a worker starting).
+_NO_ANSWER = 'no answer'
 
 
 def wait_for_worker(channel: grpc.Channel, address: str,
@@ -708,7 +709,10 @@ def wait_for_worker(channel: grpc.Channel, address: str,
   host is retried until `timeout`; a refused connection (the host answers,
   nothing listens on the port) only for `REFUSED_GRACE` seconds, enough for
   a worker that is starting, so a wrong port fails fast. The last gRPC error
-  (e.g. a certificate that does not verify) is reported.
+  that says why (e.g. a certificate that does not verify) is reported: a
+  probe cut short by its own timeout (DEADLINE_EXCEEDED, as the last probe
+  before the deadline may be on a loaded machine) does not replace an
+  earlier reason.
 
   Raises:
     WorkerError: If the worker does not answer within `timeout` seconds, or
@@ -716,7 +720,7 @@ def wait_for_worker(channel: grpc.Channel, address: str,
   """
   probe = channel.unary_unary('/tff_opt.Probe/Ping')
   deadline = time.monotonic() + timeout
-  last = 'no answer'
+  last = _NO_ANSWER
   refused_since = None
   while True:
     remaining = deadline - time.monotonic()
@@ -726,10 +730,12 @@ def wait_for_worker(channel: grpc.Channel, address: str,
       probe(b'', timeout=min(remaining, 5.0))
       return
     except grpc.RpcError as e:
-      if isinstance(e, grpc.Call) and e.code() not in (
+      code = e.code() if isinstance(e, grpc.Call) else None
+      if code is not None and code not in (
           grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return
-      last = _error_line(e)
+      if code != grpc.StatusCode.DEADLINE_EXCEEDED or last == _NO_ANSWER:
+        last = _error_line(e)
       if 'refused' in last.lower():
         refused_since = refused_since or time.monotonic()
         if time.monotonic() - refused_since >= REFUSED_GRACE:
