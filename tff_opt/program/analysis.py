@@ -275,9 +275,10 @@ class Progress:
       unreached `stop_at` target, at most that many (`stops_early`).
     stops_early: Whether it may stop before `left` more rounds.
     seconds_left: `left` times the mean `round_seconds` of its last
-      `RECENT_ROUNDS` logged rounds (their evaluations included, its
-      checkpoints and start-up not); 0 when nothing is left, None when
-      no round was timed.
+      `RECENT_ROUNDS` logged rounds (their evaluations included, and the
+      first round's tracing after each start; the checkpoints and the
+      process's own start not); 0 when nothing is left, None when no round
+      was timed.
   """
   logged: int
   left: int
