@@ -80,7 +80,7 @@ import statistics
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Optional
+from typing import Any, Optional
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
@@ -207,44 +207,65 @@ def run_name(claim_name: str, point: reproduce.Point) -> str:
 def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
   """{(method, setting, measure): {seed: value}} of the finished points.
 
-  A run that stopped at its `--stop_at` target before its last round has
-  the rounds to each target it reached and no other measure (the rounds it
-  did not run would change them).
+  See `run_values`.
   """
   values: dict[tuple[str, str, str], dict[int, Optional[float]]] = {}
   for p in points:
     if not analysis.is_finished(p.output_dir, p.rounds):
       continue
     rows = analysis.read_metrics(p.output_dir)
-    stopped = analysis.last_round(rows) < p.rounds
-    for m in p.setting.measures:
-      value = reproduce.measure_value(rows, m, p.setting.rounds)
-      if stopped and (m.kind != 'rounds_to' or value is None):
-        continue
-      values.setdefault((p.method.label, p.setting.label, m.label), {})[
+    for label, value in run_values(rows, p.setting, p.rounds).items():
+      values.setdefault((p.method.label, p.setting.label, label), {})[
           p.seed] = value
+  return values
+
+
+def run_values(rows: Sequence[Mapping[str, Any]], setting: Setting,
+               rounds: int) -> dict[str, Optional[float]]:
+  """{measure label: value} of one finished run of `rounds` rounds.
+
+  A run that stopped at its `--stop_at` target before its last round has
+  the rounds to each target it reached and no other measure (the rounds it
+  did not run would change them).
+  """
+  stopped = analysis.last_round(rows) < rounds
+  values = {}
+  for m in setting.measures:
+    value = reproduce.measure_value(rows, m, setting.rounds)
+    if stopped and (m.kind != 'rounds_to' or value is None):
+      continue
+    values[m.label] = value
   return values
 
 
 def eval_sizes_of(points: Sequence[reproduce.Point]) -> dict[str, int]:
   """{setting: predictions one evaluation scores} of the finished points.
 
-  Read from the runs' last evaluated row: `eval_num_tokens` where the task
-  counts tokens (a language model's accuracy is over them), else
-  `eval_num_examples`; the smallest over the setting's runs.
+  The smallest `eval_size` over each setting's runs.
   """
   sizes: dict[str, int] = {}
   for p in points:
     if not analysis.is_finished(p.output_dir, p.rounds):
       continue
-    for row in reversed(analysis.read_metrics(p.output_dir)):
-      n = row.get('eval_num_tokens') or row.get('eval_num_examples')
-      if n:
-        label = p.setting.label
-        sizes[label] = min(sizes.get(label, int(n)), int(n))
-        break
+    n = eval_size(analysis.read_metrics(p.output_dir))
+    if n:
+      label = p.setting.label
+      sizes[label] = min(sizes.get(label, n), n)
   return sizes
 
+
+def eval_size(rows: Sequence[Mapping[str, Any]]) -> Optional[int]:
+  """Predictions one evaluation of a run scores, None if it has none.
+
+  Read from the run's last evaluated row: `eval_num_tokens` where the task
+  counts tokens (a language model's accuracy is over them), else
+  `eval_num_examples`.
+  """
+  for row in reversed(rows):
+    n = row.get('eval_num_tokens') or row.get('eval_num_examples')
+    if n:
+      return int(n)
+  return None
 
 
 def _cell(values: Mapping[int, Optional[float]], measure: Measure,
@@ -513,9 +534,10 @@ def main(argv: Sequence[str],
               f'{", ".join(FLAGS.claims)} matches (names as in '
               f'{logs_dir}, e.g. '
               f'{run_name(*seed_major(points_by_claim)[0])}).')
-    jobs = [sweep.Job(name=run_name(name, p), argv=p.argv,
-                      output_dir=p.output_dir, rounds=p.rounds)
-            for name, p in ordered if run_name(name, p) not in launched]
+    all_jobs = [sweep.Job(name=run_name(name, p), argv=p.argv,
+                          output_dir=p.output_dir, rounds=p.rounds)
+                for name, p in ordered]
+    jobs = [job for job in all_jobs if job.name not in launched]
     waits = [f'{c.name}: {m} waits for its tuning' for c in claims
              for m in waiting(c, points_by_claim[c.name])]
     if first:
@@ -530,11 +552,8 @@ def main(argv: Sequence[str],
             flush=True)
     first = False
     if FLAGS.dry_run:
-      sweep.print_dry_run(
-          [sweep.Job(name=run_name(name, p), argv=p.argv,
-                     output_dir=p.output_dir, rounds=p.rounds)
-           for name, p in ordered], prog='claims',
-          log=lambda line: print(line, flush=True))
+      sweep.print_dry_run(all_jobs, prog='claims',
+                          log=lambda line: print(line, flush=True))
       return
     if not jobs:
       break

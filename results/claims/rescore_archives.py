@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
-from binaries import reproduce  # pylint: disable=g-import-not-at-top
+from binaries import claims  # pylint: disable=g-import-not-at-top
 from binaries import verdicts  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 
@@ -107,12 +107,11 @@ def values_and_sizes(archive: Archive):
     rows = analysis.read_metrics(os.path.join(runs_dir, name))
     if not analysis.logged_through(rows) >= setting.rounds:
       raise ValueError(f'{name}: not finished ({setting.rounds} rounds).')
-    for m in setting.measures:
-      values.setdefault((archive.methods[method], setting.label, m.label),
-                        {})[int(seed.removeprefix('seed'))] = (
-                            reproduce.measure_value(rows, m, setting.rounds))
-    n = min(int(r['eval_num_examples']) for r in rows
-            if r.get('eval_num_examples'))
+    for label, value in claims.run_values(rows, setting,
+                                          setting.rounds).items():
+      values.setdefault((archive.methods[method], setting.label, label),
+                        {})[int(seed.removeprefix('seed'))] = value
+    n = claims.eval_size(rows)
     sizes[setting.label] = min(sizes.get(setting.label, n), n)
   return values, sizes
 

@@ -245,8 +245,13 @@ def unlogged_rounds(run_dir: str, rounds: int) -> list[int]:
   for a run with a `stop_at` target, every round up to the first that
   reached it (`read_stop_at`).
   """
-  rows = read_metrics_if_any(run_dir)
-  stop_at = read_stop_at(run_dir)
+  return _unlogged(read_metrics_if_any(run_dir), read_stop_at(run_dir),
+                   rounds)
+
+
+def _unlogged(rows: Sequence[Mapping[str, Any]], stop_at: Optional[Target],
+              rounds: int) -> list[int]:
+  """`unlogged_rounds` of a run's read `rows` and `stop_at` target."""
   reached = None if stop_at is None else stop_at.reached_at(rows)
   last = rounds if reached is None else min(reached, rounds)
   logged = {r['round'] for r in rows}
@@ -289,9 +294,11 @@ class Progress:
 def progress(run_dir: str, rounds: int, *,
              recent: int = RECENT_ROUNDS) -> Progress:
   """Where the run in `run_dir`, of `rounds` rounds, stands (`Progress`)."""
-  rows = sorted((r for r in read_metrics_if_any(run_dir)
-                 if 1 <= r['round'] <= rounds), key=lambda r: r['round'])
-  left = len(unlogged_rounds(run_dir, rounds))
+  all_rows = read_metrics_if_any(run_dir)
+  stop_at = read_stop_at(run_dir)
+  left = len(_unlogged(all_rows, stop_at, rounds))
+  rows = sorted((r for r in all_rows if 1 <= r['round'] <= rounds),
+                key=lambda r: r['round'])
   times = [r['round_seconds'] for r in rows[-recent:]
            if r.get('round_seconds') is not None
            and math.isfinite(r['round_seconds'])]
@@ -300,7 +307,7 @@ def progress(run_dir: str, rounds: int, *,
   else:
     seconds = left * sum(times) / len(times) if times else None
   return Progress(logged=len({r['round'] for r in rows}), left=left,
-                  stops_early=bool(left) and read_stop_at(run_dir) is not None,
+                  stops_early=bool(left) and stop_at is not None,
                   seconds_left=seconds)
 
 
