@@ -10,6 +10,7 @@ flags and the tasks' options without reading data.
 import csv
 import dataclasses
 import fnmatch
+import importlib.util
 import logging
 import math
 import os
@@ -379,6 +380,45 @@ def test_eval_sizes_are_read_from_the_runs(tmp_path):
       last = r == p.rounds
       f.write(f'{r},0.5,{123456 if last else ""},{3559 if last else ""}\n')
   assert claims.eval_sizes_of(points) == {p.setting.label: 123456}
+
+
+def test_run_values_of_a_run_stopped_at_its_target():
+  # Stopped at round 6 of 10, having reached 50 % at round 4 and not 80 %:
+  # only the target it reached keeps a value; the final accuracy and the
+  # unreached target would change with the rounds it did not run.
+  setting = claims.Setting('s', (), 10, (
+      Measure('50%', 'rounds_to', 0.5, scale=1.0),
+      Measure('80%', 'rounds_to', 0.8, scale=1.0),
+      Measure('final', 'final')))
+  rows = [{'round': r, 'eval_accuracy': 0.15 * r} for r in range(1, 4)]
+  rows += [{'round': r, 'eval_accuracy': 0.55} for r in range(4, 7)]
+  assert claims.run_values(rows, setting, 10) == {'50%': 4}
+  full = rows + [{'round': r, 'eval_accuracy': 0.6} for r in range(7, 11)]
+  assert claims.run_values(full, setting, 10) == {
+      '50%': 4, '80%': None, 'final': pytest.approx(60.0)}
+
+
+def test_eval_size_is_the_last_evaluated_rows():
+  assert claims.eval_size([{'eval_num_examples': 10},
+                           {'eval_num_examples': 20},
+                           {'eval_num_examples': None}]) == 20
+  assert claims.eval_size([{'eval_num_tokens': 500,
+                            'eval_num_examples': 20}]) == 500
+  assert claims.eval_size([{'round': 1}]) is None
+
+
+def test_archived_runs_rescore_to_their_committed_rescored_md():
+  # results/claims/rescore_archives.py scores the superseded runs with the
+  # claims' own readers and rule; what it writes is committed beside them.
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = os.path.join(root, 'results', 'claims', 'rescore_archives.py')
+  spec = importlib.util.spec_from_file_location('rescore_archives', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for archive in module.ARCHIVES:
+    with open(os.path.join(root, 'results', 'claims', archive.path,
+                           'rescored.md'), encoding='utf-8') as f:
+      assert module.rescore(archive) == f.read(), archive.path
 
 
 def test_at_round_reads_the_last_evaluation_up_to_the_round():
