@@ -210,14 +210,22 @@ def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
   See `run_values`.
   """
   values: dict[tuple[str, str, str], dict[int, Optional[float]]] = {}
-  for p in points:
-    if not analysis.is_finished(p.output_dir, p.rounds):
-      continue
-    rows = analysis.read_metrics(p.output_dir)
+  for p, rows in _finished_runs(points):
     for label, value in run_values(rows, p.setting, p.rounds).items():
       values.setdefault((p.method.label, p.setting.label, label), {})[
           p.seed] = value
   return values
+
+
+def _finished_runs(points: Sequence[reproduce.Point]):
+  """Yields `(point, its metrics rows)` of the finished points.
+
+  Each run's `metrics.csv` is read once, for both the check and the rows.
+  """
+  for p in points:
+    rows = analysis.read_metrics_if_any(p.output_dir)
+    if analysis.is_finished(p.output_dir, p.rounds, rows=rows):
+      yield p, rows
 
 
 def run_values(rows: Sequence[Mapping[str, Any]], setting: Setting,
@@ -244,10 +252,8 @@ def eval_sizes_of(points: Sequence[reproduce.Point]) -> dict[str, int]:
   The smallest `eval_size` over each setting's runs.
   """
   sizes: dict[str, int] = {}
-  for p in points:
-    if not analysis.is_finished(p.output_dir, p.rounds):
-      continue
-    n = eval_size(analysis.read_metrics(p.output_dir))
+  for p, rows in _finished_runs(points):
+    n = eval_size(rows)
     if n:
       label = p.setting.label
       sizes[label] = min(sizes.get(label, n), n)

@@ -261,6 +261,15 @@ def test_unlogged_rounds_lists_the_holes_and_the_tail(tmp_path):
   assert not analysis.is_finished(run, 6)
 
 
+def test_rows_read_already_stand_for_the_file(tmp_path):
+  # The caller's rows are what is checked, not metrics.csv (absent here).
+  run = str(tmp_path / 'run')
+  rows = [{'round': r} for r in (1, 2, 4)]
+  assert analysis.unlogged_rounds(run, 5, rows=rows) == [3, 5]
+  assert analysis.is_finished(run, 4, rows=rows + [{'round': 3}])
+  assert not analysis.is_finished(run, 4)
+
+
 # --- Where a run stands -------------------------------------------------------
 
 

@@ -398,7 +398,7 @@ def test_run_values_of_a_run_stopped_at_its_target():
       '50%': 4, '80%': None, 'final': pytest.approx(60.0)}
 
 
-def test_eval_size_is_the_last_evaluated_rows():
+def test_eval_size_reads_the_last_evaluated_row():
   assert claims.eval_size([{'eval_num_examples': 10},
                            {'eval_num_examples': 20},
                            {'eval_num_examples': None}]) == 20

@@ -238,15 +238,19 @@ def read_stop_at(run_dir: str) -> Optional[Target]:
   return Target.parse(text) if text else None
 
 
-def unlogged_rounds(run_dir: str, rounds: int) -> list[int]:
+def unlogged_rounds(run_dir: str, rounds: int, *,
+                    rows: Optional[Sequence[Mapping[str, Any]]] = None
+                    ) -> list[int]:
   """The rounds the run in `run_dir` will run but has not logged, ascending.
 
   Every round 1..`rounds` (all of them when there is no `metrics.csv`), or,
   for a run with a `stop_at` target, every round up to the first that
-  reached it (`read_stop_at`).
+  reached it (`read_stop_at`). `rows`: the run's `read_metrics_if_any`,
+  where the caller has read them already.
   """
-  return _unlogged(read_metrics_if_any(run_dir), read_stop_at(run_dir),
-                   rounds)
+  if rows is None:
+    rows = read_metrics_if_any(run_dir)
+  return _unlogged(rows, read_stop_at(run_dir), rounds)
 
 
 def _unlogged(rows: Sequence[Mapping[str, Any]], stop_at: Optional[Target],
@@ -258,12 +262,13 @@ def _unlogged(rows: Sequence[Mapping[str, Any]], stop_at: Optional[Target],
   return [r for r in range(1, last + 1) if r not in logged]
 
 
-def is_finished(run_dir: str, rounds: int) -> bool:
+def is_finished(run_dir: str, rounds: int, *,
+                rows: Optional[Sequence[Mapping[str, Any]]] = None) -> bool:
   """Whether the run in `run_dir` logged every round it will run.
 
-  See `unlogged_rounds`.
+  See `unlogged_rounds` (and its `rows`).
   """
-  return not unlogged_rounds(run_dir, rounds)
+  return not unlogged_rounds(run_dir, rounds, rows=rows)
 
 
 # How many of a run's last logged rounds `progress` times its rest by.
