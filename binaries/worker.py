@@ -260,22 +260,22 @@ def _serves_alone(grpc, channel, child: subprocess.Popen, port: int,
       deadline passes first.
   """
   ready = grpc.channel_ready_future(channel)
-  while True:
+
+  def serves() -> bool:
     try:
       ready.result(timeout=0.5)
-      break
+      return True
     except grpc.FutureTimeoutError:
-      # Checked while waiting too: a connection that reached the other
-      # process may never become ready (it need not speak gRPC).
-      if worker_env.port_held_by_another(child.pid, port):
-        return False
-      if child.poll() is not None:
-        raise UsageError(f'TFF\'s worker_binary exited with code '
-                         f'{child.returncode} while starting.') from None
-      if time.monotonic() > deadline:
-        raise UsageError(f'TFF\'s worker_binary did not start within '
-                         f'--start_timeout={start_timeout:g} s.') from None
-  return worker_env.is_sole_listener(child.pid, port)
+      return False
+
+  outcome = worker_env.wait_until_serving(child, port, serves, deadline)
+  if outcome is worker_env.Start.EXITED:
+    raise UsageError(f'TFF\'s worker_binary exited with code '
+                     f'{child.returncode} while starting.')
+  if outcome is worker_env.Start.TIMED_OUT:
+    raise UsageError(f'TFF\'s worker_binary did not start within '
+                     f'--start_timeout={start_timeout:g} s.')
+  return outcome is worker_env.Start.ALONE
 
 
 def serve() -> int:

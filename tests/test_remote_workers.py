@@ -541,3 +541,37 @@ def test_worker_starts_its_cpp_worker_on_a_port_nobody_else_holds(
       [sys.executable, '-c', _START_ON_A_TAKEN_PORT, str(taken_picks)],
       cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
   assert result.stdout == expected, result.stderr[-2000:]
+
+
+# `start_worker_binary` with a stand-in for TFF's worker_binary that exits,
+# or never serves, as a process of its own (as above).
+_START_A_FAKE = '''
+import os, sys
+import psutil
+from absl import flags
+from binaries import worker
+flags.FLAGS.mark_as_parsed()
+try:
+  worker.start_worker_binary(sys.argv[1], dict(os.environ), max_calls=-1,
+                             start_timeout=float(sys.argv[2]))
+except worker.UsageError as e:
+  print("error:", e)
+print("children:", len(psutil.Process().children()))
+'''
+
+
+@pytest.mark.parametrize('script, timeout, expected', [
+    ('exit 3', 60, "error: TFF's worker_binary exited with code 3 while "
+     'starting.\nchildren: 0\n'),
+    ('exec sleep 60', 1.5, "error: TFF's worker_binary did not start within "
+     '--start_timeout=1.5 s.\nchildren: 0\n'),
+], ids=['exits', 'never_serves'])
+def test_a_cpp_worker_that_does_not_serve_is_a_clear_error(
+    tmp_path, script, timeout, expected):
+  fake = tmp_path / 'worker_binary'
+  fake.write_text(f'#!/bin/sh\n{script}\n')
+  fake.chmod(0o755)
+  result = subprocess.run(
+      [sys.executable, '-c', _START_A_FAKE, str(fake), str(timeout)],
+      cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+  assert result.stdout == expected, result.stderr[-2000:]

@@ -5,7 +5,9 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
+import portpicker
 import psutil
 import pytest
 import tensorflow as tf
@@ -192,3 +194,122 @@ def test_sole_listener_sees_a_second_process_sharing_the_port():
     other.wait()
   assert not worker_env.port_held_by_another(os.getpid(), port)
   assert not worker_env.is_sole_listener(other.pid, port)
+
+
+# --- Waiting for a starting worker (`wait_until_serving`) ---------------------
+
+
+class _Process:
+  """A started worker as `wait_until_serving` sees it: a pid and `poll()`."""
+
+  def __init__(self, pid, *, exits_at_poll=None, status=3):
+    self.pid = pid
+    self._exits_at_poll = exits_at_poll
+    self._status = status
+    self.polls = 0
+
+  def poll(self):
+    self.polls += 1
+    if self._exits_at_poll is not None and self.polls >= self._exits_at_poll:
+      return self._status
+    return None
+
+
+def _probe(answers):
+  """A probe answering from `answers` in turn (then no); counts its calls."""
+  answers = list(answers)
+
+  def serves():
+    serves.calls += 1
+    return answers.pop(0) if answers else False
+
+  serves.calls = 0
+  return serves
+
+
+def _far():
+  return time.monotonic() + 60
+
+
+def test_a_worker_that_answers_alone_on_its_port_serves():
+  ours = _listener()
+  serves = _probe([False, False, True])
+  try:
+    assert worker_env.wait_until_serving(
+        _Process(os.getpid()), ours.getsockname()[1], serves,
+        _far()) is worker_env.Start.ALONE
+  finally:
+    ours.close()
+  assert serves.calls == 3
+
+
+def test_a_worker_answering_where_another_process_listens_is_taken():
+  # The worker (here a pid that holds no socket) answers through a port
+  # this test's process holds: a connection may reach either listener.
+  ours = _listener()
+  try:
+    assert worker_env.wait_until_serving(
+        _Process(os.getppid()), ours.getsockname()[1], _probe([True]),
+        _far()) is worker_env.Start.PORT_TAKEN
+  finally:
+    ours.close()
+
+
+def test_a_port_another_process_listens_on_is_found_while_waiting():
+  # A probe that reaches the other process may never see the worker answer
+  # (gRPC's readiness, say): the port is checked every HELD_CHECK_SECONDS.
+  ours = _listener()
+  worker = _Process(os.getppid())
+
+  def serves():
+    time.sleep(0.05)
+    return False
+
+  started = time.monotonic()
+  try:
+    assert worker_env.wait_until_serving(
+        worker, ours.getsockname()[1], serves,
+        _far()) is worker_env.Start.PORT_TAKEN
+  finally:
+    ours.close()
+  waited = time.monotonic() - started
+  assert worker_env.HELD_CHECK_SECONDS <= waited < 10
+  assert worker.polls >= 2  # Polled while it waited, not found dead.
+
+
+def test_a_worker_that_exits_on_a_free_port_has_exited():
+  port = portpicker.pick_unused_port()
+  serves = _probe([])
+  worker = _Process(os.getpid(), exits_at_poll=2)
+  assert worker_env.wait_until_serving(
+      worker, port, serves, _far()) is worker_env.Start.EXITED
+  assert (serves.calls, worker.polls) == (2, 2)
+
+
+def test_a_worker_that_exits_because_another_process_took_its_port():
+  # TFF's worker exits with status 0 when it cannot bind: a clash, not an
+  # error.
+  ours = _listener(reuseport=False)
+  serves = _probe([])
+  try:
+    assert worker_env.wait_until_serving(
+        _Process(os.getppid(), exits_at_poll=1, status=0),
+        ours.getsockname()[1], serves,
+        _far()) is worker_env.Start.PORT_TAKEN
+  finally:
+    ours.close()
+  assert serves.calls == 1  # At its exit, not HELD_CHECK_SECONDS later.
+
+
+def test_a_worker_that_never_answers_times_out_at_the_deadline():
+  port = portpicker.pick_unused_port()
+
+  def serves():
+    time.sleep(0.02)
+    return False
+
+  started = time.monotonic()
+  assert worker_env.wait_until_serving(
+      _Process(os.getpid()), port, serves,
+      started + 0.2) is worker_env.Start.TIMED_OUT
+  assert 0.2 <= time.monotonic() - started < 5

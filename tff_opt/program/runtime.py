@@ -287,37 +287,36 @@ class _LocalWorker:
         `WORKER_START_TIMEOUT` (it is stopped).
     """
     process = self._process[0]
-    deadline = time.monotonic() + WORKER_START_TIMEOUT
-    while True:
-      status = process.poll()
-      if status is not None:
-        if worker_env.port_held_by_another(process.pid, self._port):
-          return False  # TFF's worker exits (status 0) when it cannot bind.
-        raise RuntimeError(
-            f'TFF\'s worker_binary (pid {process.pid}) exited with status '
-            f'{status} before it answered on port {self._port}; its own '
-            'messages, if any, are above on stderr.')
-      try:
-        with socket.create_connection(('localhost', self._port),
-                                      timeout=WORKER_POLL_SECONDS):
-          break
-      except OSError:
-        if time.monotonic() > deadline:
-          # A worker that never answered is of no use: stopped, not left
-          # behind (the next computation starts a new one).
-          process.kill()
-          process.wait()
-          raise RuntimeError(
-              f'TFF\'s worker_binary (pid {process.pid}) did not answer on '
-              f'port {self._port} within {WORKER_START_TIMEOUT:g} s; it was '
-              'stopped.'
-          ) from None
-        time.sleep(WORKER_POLL_SECONDS)
-    if worker_env.is_sole_listener(process.pid, self._port):
+    outcome = worker_env.wait_until_serving(
+        process, self._port, self._accepts,
+        time.monotonic() + WORKER_START_TIMEOUT)
+    if outcome is worker_env.Start.ALONE:
       return True
+    # A worker that never answered, or shares its port, is of no use:
+    # stopped, not left behind (the next computation starts a new one).
     process.kill()
     process.wait()
+    if outcome is worker_env.Start.EXITED:
+      raise RuntimeError(
+          f'TFF\'s worker_binary (pid {process.pid}) exited with status '
+          f'{process.returncode} before it answered on port {self._port}; '
+          'its own messages, if any, are above on stderr.')
+    if outcome is worker_env.Start.TIMED_OUT:
+      raise RuntimeError(
+          f'TFF\'s worker_binary (pid {process.pid}) did not answer on '
+          f'port {self._port} within {WORKER_START_TIMEOUT:g} s; it was '
+          'stopped.')
     return False
+
+  def _accepts(self) -> bool:
+    """Whether the worker's port accepts a connection (else waits a poll)."""
+    try:
+      with socket.create_connection(('localhost', self._port),
+                                    timeout=WORKER_POLL_SECONDS):
+        return True
+    except OSError:
+      time.sleep(WORKER_POLL_SECONDS)
+      return False
 
   def stub(self) -> remote_executor_grpc_stub.RemoteExecutorGrpcStub:
     """The worker's stub, once it answers; a dead worker is started anew."""

@@ -26,12 +26,19 @@ environment variables, read once, when the worker starts:
   `max_concurrent_clients` at this count when the environment sets it
   (`inter_op_threads_from_environment`).
 
+It also says whether a starting worker serves alone on its port
+(`is_sole_listener`, `wait_until_serving`): the same wait for the local
+context's worker (`runtime`) and the one behind `binaries.worker`'s relay.
+
 Kept free of TensorFlow imports: `binaries.worker` builds the environment of
 the C++ worker it starts without loading TensorFlow.
 """
 
+import enum
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+import subprocess
+import time
 from typing import Optional
 
 # How TFF's executor service is reached, by the trainer's channels
@@ -231,3 +238,58 @@ def is_sole_listener(pid: int, port: int) -> bool:
   if listening is None:
     return True
   return bool(listening) and listening <= _socket_inodes(pid)
+
+
+# How often a worker that has not answered yet is checked for another
+# process on its port: each check reads /proc (~10 ms here), more than a
+# start takes to answer (~70 ms).
+HELD_CHECK_SECONDS = 0.5
+
+
+class Start(enum.Enum):
+  """How the wait for a starting worker ended (`wait_until_serving`)."""
+  ALONE = 'serves on its port, the only process there'
+  PORT_TAKEN = 'another process holds its port'
+  EXITED = 'exited before it served'
+  TIMED_OUT = 'did not serve by the deadline'
+
+
+def wait_until_serving(process: subprocess.Popen, port: int,
+                       serves: Callable[[], bool], deadline: float) -> Start:
+  """Waits until a starting worker serves on `port`, alone there.
+
+  Shared by the local context's worker (`runtime`) and the worker behind
+  `binaries.worker`'s relay; each turns an outcome other than `ALONE` into
+  its own error, or a start on another port, and stops the process.
+
+  Args:
+    process: The worker's process, just started.
+    port: The port it was told to listen on.
+    serves: One probe of the port: whether the worker answers there. It
+      waits (up to its own timeout, or a pause) before it says no: this
+      loop does not sleep between probes.
+    deadline: A `time.monotonic()` past which the worker is given up.
+
+  Returns:
+    `Start.ALONE` once it answers and no other process listens on its port
+    (`is_sole_listener`). `Start.PORT_TAKEN` when another process listens
+    there: found once it answers, when it exits (TFF's worker exits with
+    status 0 when it cannot bind), or every `HELD_CHECK_SECONDS` while it
+    does not answer (a connection that reached the other process may never
+    answer as the worker would). Otherwise `Start.EXITED` when it ended,
+    `Start.TIMED_OUT` past `deadline`.
+  """
+  next_check = time.monotonic() + HELD_CHECK_SECONDS
+  while not serves():
+    if process.poll() is not None:
+      return (Start.PORT_TAKEN if port_held_by_another(process.pid, port)
+              else Start.EXITED)
+    now = time.monotonic()
+    if now >= next_check:
+      if port_held_by_another(process.pid, port):
+        return Start.PORT_TAKEN
+      next_check = now + HELD_CHECK_SECONDS
+    if now > deadline:
+      return Start.TIMED_OUT
+  return Start.ALONE if is_sole_listener(process.pid, port) else (
+      Start.PORT_TAKEN)
