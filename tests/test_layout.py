@@ -62,8 +62,8 @@ TESTED_ELSEWHERE = {
     # The execution contexts need real TFF workers (child processes, gRPC,
     # signals): each concern has its own slow file.
     'program/runtime': (
-        ('test_worker_env.py', 'test_remote_workers.py',
-         'test_worker_orphans.py'),
+        ('test_worker_env.py', 'test_local_worker.py',
+         'test_remote_workers.py', 'test_worker_orphans.py'),
         'local and remote contexts, worker settings and orphaned workers '
         'are separate, slow set-ups'),
 }

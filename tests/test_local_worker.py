@@ -9,6 +9,7 @@ import gc
 import os
 import socket
 import stat
+import subprocess
 import sys
 import time
 import types
@@ -22,6 +23,8 @@ from tensorflow_federated.python.core.impl.executors import remote_executor_grpc
 
 from tff_opt.program import runtime
 from tff_opt.program import worker_env
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @tff.tensorflow.computation(tf.int32)
@@ -265,3 +268,70 @@ def test_a_value_the_trainer_drops_is_disposed_of_on_the_worker_at_once(
     assert _add_one(1) == 2
     gc.collect()
     assert len(disposed) == 2 * count
+
+
+# --- The same numbers in every process (`runtime.grappler_config`) ------------
+
+# One trajectory-matching step of FedPTR-S's server (`mtt.matching_gradients`:
+# second-order gradients through the claim's ConvNet, GroupNorm included, at
+# width 64), compiled by the local context and run on its worker, in a
+# process of its own; it prints a digest of the gradients' bytes.
+_MTT_STEP_DIGEST = '''
+import hashlib
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+from tasks import models
+from tff_opt.program import runtime
+from tff_opt.round import mtt
+runtime.set_local_execution_context(intra_op_threads=1)
+shape = (28, 28, 1)
+spec = (tf.TensorSpec([None, *shape], tf.float32),
+        tf.TensorSpec([None], tf.int32))
+def keras_model():
+  return models.create_mtt_convnet(shape, 10, width=64, depth=3)
+def model_fn():
+  return tff.learning.models.from_keras_model(
+      keras_model(), input_spec=spec,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+tf.keras.utils.set_random_seed(0)
+start = keras_model().get_weights()
+rng = np.random.default_rng(0)
+target = [w + np.float32(0.01) * rng.standard_normal(w.shape, np.float32)
+          for w in start]
+images = rng.standard_normal((50, *shape), np.float32)
+@tff.tensorflow.computation(tff.types.TensorType(np.float32, images.shape))
+def step(x):
+  return mtt.matching_gradients(
+      mtt.forward_from_model_fn(model_fn), [tf.constant(w) for w in start],
+      [tf.constant(w) for w in target], x, mtt.synthetic_labels(10, 5),
+      tf.constant(0.01), 2)
+digest = hashlib.sha1()
+for value in tf.nest.flatten(step(images)):
+  digest.update(np.asarray(value).tobytes())
+print(digest.hexdigest())
+'''
+
+
+def test_a_computation_gives_the_same_numbers_in_every_process():
+  # Under TFF's own Grappler options (memory optimisation HEURISTICS) these
+  # 3 processes printed 3 different digests: the scheduling heuristic.
+  processes = [
+      subprocess.Popen([sys.executable, '-c', _MTT_STEP_DIGEST], cwd=REPO,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True) for _ in range(3)]
+  outputs = [process.communicate(timeout=600) for process in processes]
+  for process, (_, stderr) in zip(processes, outputs):
+    assert process.returncode == 0, stderr[-2000:]
+  digests = {stdout.strip() for stdout, _ in outputs}
+  assert len(digests) == 1, digests
+
+
+def test_grappler_runs_as_in_tff_but_without_the_scheduling_heuristic():
+  options = runtime.grappler_config().graph_options.rewrite_options
+  aggressive = options.AGGRESSIVE
+  assert (options.constant_folding, options.arithmetic_optimization,
+          options.loop_optimization, options.function_optimization) == (
+              aggressive,) * 4
+  assert options.memory_optimization == options.RECOMPUTATION_HEURISTICS
+  assert not options.disable_meta_optimizer

@@ -46,6 +46,11 @@ instead. The rest is TFF's local context: the same executor service, stub,
 channel options and compiler, and a worker found dead is started anew on
 the next computation.
 
+Both contexts compile a computation as TFF's own do, Grappler included,
+but with `grappler_config()`: TFF's options without Grappler's scheduling
+heuristic, which made FedPTR-S's trajectory matching give other numbers in
+every process (a resumed run did not repeat the rounds it recomputed).
+
 `configure_gpus` applies GPU memory growth and logical GPUs; without a GPU
 it logs one line and does nothing.
 """
@@ -66,11 +71,15 @@ import weakref
 import grpc
 import portpicker
 import psutil
+import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2_grpc
 from tensorflow_federated.python.core.backends.native import compiler as native_compiler
 from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+from tensorflow_federated.python.core.environments.tensorflow_backend import tensorflow_tree_transformations
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.computation import computation_impl
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
@@ -401,15 +410,61 @@ def create_local_execution_context(max_concurrent_clients: int | None = None,
                          _LocalWorker(max_concurrent_clients, env).stub)
 
 
-def _native_form(computation):
-  """TFF's compilation for its C++ runtime, TensorFlow's noise filtered.
+def grappler_config() -> tf.compat.v1.ConfigProto:
+  """Grappler's options for the TensorFlow graphs this package compiles.
 
-  TFF runs Grappler on every TensorFlow graph here, in this process, and
-  its function optimiser logs an error that reports nothing wrong for
-  FedCurv's and FedPTR's graphs (`stderr_filter`).
+  TFF's compiler for its C++ runtime (`native_compiler.
+  desugar_and_transform_to_native`) runs Grappler once, here in the
+  trainer, on every TensorFlow graph, with constant folding and
+  arithmetic, loop and function optimisation AGGRESSIVE, and
+  `memory_optimization = AGGRESSIVE`, which as Grappler's `MemOptType` (the
+  same number, 3) means HEURISTICS: swapping, recomputation and scheduling
+  heuristics (the worker itself runs no Grappler). The scheduling heuristic
+  makes a run's numbers differ from process to process: FedPTR-S's
+  trajectory matching (second-order gradients through GroupNorm) gave a
+  resumed claim run another round 41 than the uninterrupted run had
+  (train loss 0.0369930 against 0.0369935, MTT loss 0.559160 against
+  0.559147), and each fresh process another again. One MTT step of the
+  claim's ConvNet compiled with each of the heuristics alone, 3 processes
+  each: scheduling gave 3 different results from one graph, recomputation
+  3 different graphs with the same result, swapping and MANUAL one graph
+  and one result in all 3, the same result as recomputation's.
+
+  So this is TFF's configuration with memory optimisation at
+  RECOMPUTATION_HEURISTICS: the memory the recomputation heuristic saves
+  is kept and the scheduling heuristic, the one whose numbers vary, is
+  left out (swapping moves tensors to a GPU's host memory; it does nothing
+  on the CPU). The graphs of this package's other claims come out with the
+  same numbers as under TFF's own configuration (`tools.same_results`;
+  README, "Repeatable runs"); tests/test_local_worker.py checks that
+  one MTT step gives the same numbers in 3 processes.
   """
+  config = tf.compat.v1.ConfigProto()
+  options = config.graph_options.rewrite_options
+  for name in ('constant_folding', 'arithmetic_optimization',
+               'loop_optimization', 'function_optimization'):
+    setattr(options, name, options.AGGRESSIVE)
+  options.memory_optimization = options.RECOMPUTATION_HEURISTICS
+  return config
+
+
+def _native_form(computation):
+  """TFF's compilation for its C++ runtime, with `grappler_config()`.
+
+  As `native_compiler.desugar_and_transform_to_native`: the intrinsics
+  replaced by their TensorFlow bodies, then TFF's native form with Grappler
+  run on every TensorFlow graph, here in this process. Its function
+  optimiser logs an error that reports nothing wrong for FedCurv's and
+  FedPTR's graphs (`stderr_filter`).
+  """
+  desugared, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
+      computation.to_building_block())
   with stderr_filter.filtered():
-    return native_compiler.desugar_and_transform_to_native(computation)
+    return native_compiler.transform_to_native_form(
+        computation_impl.ConcreteComputation(
+            computation_proto=desugared.proto,
+            context_stack=context_stack_impl.context_stack),
+        grappler_config=grappler_config())
 
 
 def _worker_context(context_class, stub_fn):
