@@ -64,12 +64,25 @@ def test_show_tf_noise_keeps_everything(capfd, monkeypatch):
 
 
 def test_tff_compilation_runs_filtered(capfd, monkeypatch):
-  # TFF's compiler runs Grappler in this process, where the line came from.
-  def compile_like_tff(computation):
-    os.write(2, GRAPPLER + b'compiled\n')
-    return ('native', computation)
+  # TFF's compiler runs Grappler in this process, where the line came from;
+  # with this package's Grappler options (`runtime.grappler_config`).
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
-  monkeypatch.setattr(runtime.native_compiler,
-                      'desugar_and_transform_to_native', compile_like_tff)
-  assert runtime._native_form('comp') == ('native', 'comp')  # pylint: disable=protected-access
+  @tff.tensorflow.computation(tf.int32)
+  def add_one(x):
+    return x + 1
+
+  configs = []
+
+  def compile_like_tff(computation, *, grappler_config):
+    del computation
+    configs.append(grappler_config)
+    os.write(2, GRAPPLER + b'compiled\n')
+    return 'native'
+
+  monkeypatch.setattr(runtime.native_compiler, 'transform_to_native_form',
+                      compile_like_tff)
+  assert runtime._native_form(add_one) == 'native'  # pylint: disable=protected-access
+  assert configs == [runtime.grappler_config()]
   assert capfd.readouterr().err == 'compiled\n'

@@ -457,9 +457,10 @@ def _native_form(computation):
   optimiser logs an error that reports nothing wrong for FedCurv's and
   FedPTR's graphs (`stderr_filter`).
   """
-  desugared, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
-      computation.to_building_block())
   with stderr_filter.filtered():
+    desugared, _ = (
+        tensorflow_tree_transformations.replace_intrinsics_with_bodies(
+            computation.to_building_block()))
     return native_compiler.transform_to_native_form(
         computation_impl.ConcreteComputation(
             computation_proto=desugared.proto,
