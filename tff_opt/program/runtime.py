@@ -427,8 +427,9 @@ def grappler_config() -> tf.compat.v1.ConfigProto:
   0.559147), and each fresh process another again. One MTT step of the
   claim's ConvNet compiled with each of the heuristics alone, 3 processes
   each: scheduling gave 3 different results from one graph, recomputation
-  3 different graphs with the same result, swapping and MANUAL one graph
-  and one result in all 3, the same result as recomputation's.
+  differing graphs with the same result, swapping and MANUAL one graph
+  and one result in all 3, the same result as recomputation's
+  (`results/perf/grappler_memopt_probe.py`).
 
   So this is TFF's configuration with memory optimisation at
   RECOMPUTATION_HEURISTICS: the memory the recomputation heuristic saves
