@@ -29,6 +29,7 @@ import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 import tasks  # pylint: disable=g-import-not-at-top
+from tasks import sqlite_data  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
@@ -80,7 +81,7 @@ def run_one(build, seed):
       process,
       model_fn=task.model_fn,
       test_data=task.datasets.eval_preprocess_fn(
-          task.datasets.test_data.create_tf_dataset_from_all_clients()),
+          sqlite_data.pooled_examples(task.datasets.test_data)),
       client_ids=sorted(train_data.client_ids),
       client_dataset_fn=lambda cid: task.datasets.train_preprocess_fn(
           train_data.create_tf_dataset_for_client(cid)),

@@ -672,7 +672,7 @@ def run(hparams: dict) -> None:
   if hparams.get('final_full_eval'):
     metrics = evaluation.final_full_eval(
         task.model_fn, task.datasets.eval_preprocess_fn(
-            task.datasets.test_data.create_tf_dataset_from_all_clients()),
+            sqlite_data.pooled_examples(task.datasets.test_data)),
         final_weights, output_dir=hparams['output_dir'], rounds=trained)
     print('final full evaluation: ' + evaluation.format_metrics(metrics),
           flush=True)
@@ -772,7 +772,7 @@ def _build_evaluate(hparams: dict, task, round_data):
         seed=hparams['seed']))
   else:
     eval_data = task.datasets.eval_preprocess_fn(
-        task.datasets.test_data.create_tf_dataset_from_all_clients())
+        sqlite_data.pooled_examples(task.datasets.test_data))
   shifting = round_data is not None and round_data.concept_shift is not None
   evaluators = {}
   if not shifting:

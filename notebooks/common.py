@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
+from tasks import sqlite_data
 from tff_opt.program import evaluation
 from tff_opt.program import training_loop
 
@@ -60,7 +61,7 @@ def digits_setup(*, seed: int = 0, client_epochs: int = 2,
         train_data.create_tf_dataset_for_client(client_id))
 
   eval_data = task.datasets.eval_preprocess_fn(
-      task.datasets.test_data.create_tf_dataset_from_all_clients())
+      sqlite_data.pooled_examples(task.datasets.test_data))
   return Setup(task=task, client_ids=sorted(train_data.client_ids),
                client_dataset=client_dataset,
                evaluate=evaluation.build_evaluator(task.model_fn, eval_data),

@@ -15,7 +15,8 @@ can feed the real loaders offline (they skip the download when the
 uncompressed file is already in `cache_dir`).
 
 `sample_examples` draws an evaluation sample from a (possibly huge, lazily
-read) `ClientData` touching only the clients it needs. `ExampleSampler` is
+read) `ClientData` touching only the clients it needs; `pooled_examples`
+is all of it, in one fixed client order. `ExampleSampler` is
 Reddi et al.'s Stack Overflow validation: a uniform sample of examples (not
 clients) of a split, drawn again at every evaluation from (seed, round),
 read straight from the SQLite file by row id.
@@ -146,10 +147,38 @@ def sample_examples(client_data: tff.simulation.datasets.ClientData,
     raise ValueError(f'num_examples must be at least 1, got {num_examples!r}.')
   client_ids: Sequence[str] = sorted(client_data.client_ids)
   order = np.random.default_rng(seed).permutation(len(client_ids))
-  ordered = tf.data.Dataset.from_tensor_slices(
-      np.array([client_ids[i] for i in order], dtype=object).astype(str))
-  dataset_fn = client_data.serializable_dataset_fn
-  return ordered.flat_map(dataset_fn).take(num_examples)
+  return _examples_of(client_data,
+                      [client_ids[i] for i in order]).take(num_examples)
+
+
+def pooled_examples(
+    client_data: tff.simulation.datasets.ClientData) -> tf.data.Dataset:
+  """Every element of every client, clients in sorted id order.
+
+  The held-out data an evaluation pools. TFF's
+  `ClientData.create_tf_dataset_from_all_clients()` shuffles the clients
+  with an unseeded `np.random.RandomState`, so each call (each process, each
+  run) sums the evaluation's per-batch losses in another order, and the
+  mean loss differs in its last float32 bit from run to run. Sorted ids
+  give one order everywhere: a resumed run logs the `eval_loss` of an
+  uninterrupted one.
+
+  Args:
+    client_data: The clients, e.g. a task's `test_data`.
+
+  Returns:
+    A `tf.data.Dataset` of unpreprocessed elements, each client's in their
+    stored order.
+  """
+  return _examples_of(client_data, sorted(client_data.client_ids))
+
+
+def _examples_of(client_data: tff.simulation.datasets.ClientData,
+                 client_ids: Sequence[str]) -> tf.data.Dataset:
+  """The elements of `client_ids`' datasets, one client after the other."""
+  ids = tf.data.Dataset.from_tensor_slices(
+      np.array(list(client_ids), dtype=object).astype(str))
+  return ids.flat_map(client_data.serializable_dataset_fn)
 
 
 class ExampleSampler:

@@ -53,7 +53,8 @@ def test_one_bit_of_a_checkpoint_makes_runs_different(tmp_path):
 
 
 def test_a_metric_difference_is_measured_not_failed(tmp_path):
-  # eval_loss's last float32 bit varies from run to run of the same code.
+  # eval_loss's last float32 bit varied from run to run before the
+  # evaluation's clients were pooled in sorted order.
   a = _run(tmp_path, 'a', weights=[1.0], eval_loss='2.3996505737304688')
   b = _run(tmp_path, 'b', weights=[1.0], eval_loss='2.3996503353118896')
   got = same_results.compare_runs(a, b)

@@ -34,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
+from tasks import sqlite_data
 from tff_opt import algorithms
 from tff_opt.program import evaluation
 from tools import make_shakespeare_sqlite
@@ -88,7 +89,7 @@ def train_and_evaluate(data_dir: str) -> dict:
       train_data.create_tf_dataset_for_client(cid))
              for cid in sorted(train_data.client_ids)]
   eval_data = task.datasets.eval_preprocess_fn(
-      task.datasets.test_data.create_tf_dataset_from_all_clients()
+      sqlite_data.pooled_examples(task.datasets.test_data)
   ).take(EVAL_BATCHES).cache()
   evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
   state = process.initialize()

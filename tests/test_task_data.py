@@ -204,6 +204,19 @@ def test_sample_examples_is_seeded_and_bounded(data_dir):
     sqlite_data.sample_examples(test, 0, seed=0)
 
 
+def test_pooled_examples_is_every_client_in_sorted_order():
+  data = tff.simulation.datasets.TestClientData({
+      'c': {'x': np.array([5, 6])}, 'a': {'x': np.array([1, 2])},
+      'b': {'x': np.array([3, 4])}})
+  pooled = lambda: [int(e['x']) for e in sqlite_data.pooled_examples(data)]
+  assert pooled() == pooled() == [1, 2, 3, 4, 5, 6]
+  # Why: TFF's pooling shuffles the clients unseeded, another order per call.
+  tff_orders = {tuple(int(e['x']) for e in
+                      data.create_tf_dataset_from_all_clients())
+                for _ in range(20)}
+  assert len(tff_orders) > 1
+
+
 def test_missing_file_error_names_task_path_and_remedy(tmp_path):
   with pytest.raises(data_errors.MissingDataError) as e:
     _task('shakespeare', str(tmp_path))

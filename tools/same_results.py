@@ -9,9 +9,11 @@ compares each pair of runs:
 
 - the last checkpoint: every array, bit for bit;
 - `metrics.csv`: every column but the timings, as the largest relative
-  difference. Bit-for-bit equality is not asked of the metrics:
-  `eval_loss` differs in its last float32 bit from run to run of the same
-  code (the evaluation's summation order), while the states do not.
+  difference. Bit-for-bit equality is not asked of the metrics: before
+  the evaluation pooled its clients in sorted order
+  (`tasks.sqlite_data.pooled_examples`), `eval_loss` differed in its last
+  float32 bit from run to run of the same code (its summation order), so
+  a base revision older than that differs there.
 
 Only models without dropout are used. The two models with dropout
 (`fedcurv_cnn`, EMNIST-CR's CNN) repeat since their dropout became

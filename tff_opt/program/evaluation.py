@@ -7,16 +7,16 @@ its weights assigned before each evaluation, its metrics reset, one
 Metrics are therefore example-weighted over all held-out examples (what the
 papers report as test accuracy), and evaluation costs no TFF round trip.
 
-Repeatability: the model trained is the same bit for bit from run to run,
-but with TensorFlow's oneDNN kernels on in this process
-(`TF_ENABLE_ONEDNN_OPTS=1`, the default here) `eval_loss` may differ in its
-last float32 bit between two runs of the same code, even within one
-process: measured on `digits` (3 rounds, 5 clients; 12 runs, three in each
-of 4 processes), round 1's eval_loss was 2.323415517807007 in 8 runs and
-2.323415756225586 in 4, with the same training losses and accuracies;
-with oneDNN off, 9 runs out of 9 agreed. Counts (`eval_accuracy`) are
-sums of whole numbers and do not vary. So compare `eval_loss` across runs
-up to float32 round-off.
+Repeatability: an evaluation repeats bit for bit from run to run (and a
+resumed run logs an uninterrupted one's `eval_loss`) when its dataset does:
+`binaries.train` pools the held-out clients in sorted id order
+(`tasks.sqlite_data.pooled_examples`). TFF's own pooling,
+`create_tf_dataset_from_all_clients()`, shuffles the clients unseeded; the
+per-batch losses were then summed in another order in every run, and
+`eval_loss` differed in its last float32 bit (the claim ConvNet's loss on
+MNIST-5k's 1,000 test images, the same weights: 3 values in 24 processes
+with TFF's order, one in 8 with the sorted one). Counts (`eval_accuracy`)
+are sums of whole numbers and never varied.
 
 `final_full_eval` evaluates the final model once on the whole test set (where
 the rounds' evaluations used a sample) and writes `final_eval.json`.
