@@ -29,7 +29,6 @@ import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 import tasks  # pylint: disable=g-import-not-at-top
-from tasks import sqlite_data  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 
@@ -80,8 +79,7 @@ def run_one(build, seed):
   result = common.train_and_evaluate(
       process,
       model_fn=task.model_fn,
-      test_data=task.datasets.eval_preprocess_fn(
-          sqlite_data.pooled_examples(task.datasets.test_data)),
+      test_data=tasks.pooled_test_data(task),
       client_ids=sorted(train_data.client_ids),
       client_dataset_fn=lambda cid: task.datasets.train_preprocess_fn(
           train_data.create_tf_dataset_for_client(cid)),

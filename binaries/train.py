@@ -671,9 +671,8 @@ def run(hparams: dict) -> None:
   trained = int(result.rows[-1]['round']) if result.rows else hparams['rounds']
   if hparams.get('final_full_eval'):
     metrics = evaluation.final_full_eval(
-        task.model_fn, task.datasets.eval_preprocess_fn(
-            sqlite_data.pooled_examples(task.datasets.test_data)),
-        final_weights, output_dir=hparams['output_dir'], rounds=trained)
+        task.model_fn, tasks.pooled_test_data(task), final_weights,
+        output_dir=hparams['output_dir'], rounds=trained)
     print('final full evaluation: ' + evaluation.format_metrics(metrics),
           flush=True)
   if FLAGS.personalize:
@@ -771,8 +770,7 @@ def _build_evaluate(hparams: dict, task, round_data):
         task.datasets.test_data, hparams['eval_examples'],
         seed=hparams['seed']))
   else:
-    eval_data = task.datasets.eval_preprocess_fn(
-        sqlite_data.pooled_examples(task.datasets.test_data))
+    eval_data = tasks.pooled_test_data(task)
   shifting = round_data is not None and round_data.concept_shift is not None
   evaluators = {}
   if not shifting:

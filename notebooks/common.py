@@ -17,7 +17,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
-from tasks import sqlite_data
 from tff_opt.program import evaluation
 from tff_opt.program import training_loop
 
@@ -60,8 +59,7 @@ def digits_setup(*, seed: int = 0, client_epochs: int = 2,
     return task.datasets.train_preprocess_fn(
         train_data.create_tf_dataset_for_client(client_id))
 
-  eval_data = task.datasets.eval_preprocess_fn(
-      sqlite_data.pooled_examples(task.datasets.test_data))
+  eval_data = tasks.pooled_test_data(task)
   return Setup(task=task, client_ids=sorted(train_data.client_ids),
                client_dataset=client_dataset,
                evaluate=evaluation.build_evaluator(task.model_fn, eval_data),

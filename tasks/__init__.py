@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import cifar
@@ -31,6 +32,7 @@ from tasks import domains
 from tasks import emnist
 from tasks import paper_settings as _paper
 from tasks import shakespeare
+from tasks import sqlite_data
 from tasks import stackoverflow
 from tasks import tfds_images
 
@@ -353,6 +355,25 @@ def create_task(
       use_synthetic_data=use_synthetic_data,
       seed=seed,
       **_resolve_options(name, entry, options))
+
+
+def pooled_test_data(
+    task: tff.simulation.baselines.BaselineTask) -> tf.data.Dataset:
+  """The task's held-out clients pooled and preprocessed for evaluation.
+
+  Every element of every test client, clients in sorted id order
+  (`sqlite_data.pooled_examples`: TFF's own pooling shuffles them unseeded,
+  so the evaluation's loss varied in its last bit from run to run), through
+  the task's `eval_preprocess_fn`.
+
+  Args:
+    task: A task from `create_task`.
+
+  Returns:
+    A `tf.data.Dataset` of evaluation batches, the same on every call.
+  """
+  return task.datasets.eval_preprocess_fn(
+      sqlite_data.pooled_examples(task.datasets.test_data))
 
 
 def describe_task_data(name: str, *, data_dir: str | None = None,

@@ -34,7 +34,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tasks
-from tasks import sqlite_data
 from tff_opt import algorithms
 from tff_opt.program import evaluation
 from tools import make_shakespeare_sqlite
@@ -88,9 +87,7 @@ def train_and_evaluate(data_dir: str) -> dict:
   clients = [task.datasets.train_preprocess_fn(
       train_data.create_tf_dataset_for_client(cid))
              for cid in sorted(train_data.client_ids)]
-  eval_data = task.datasets.eval_preprocess_fn(
-      sqlite_data.pooled_examples(task.datasets.test_data)
-  ).take(EVAL_BATCHES).cache()
+  eval_data = tasks.pooled_test_data(task).take(EVAL_BATCHES).cache()
   evaluate = evaluation.build_evaluator(task.model_fn, eval_data)
   state = process.initialize()
   before = evaluate(process.get_model_weights(state))

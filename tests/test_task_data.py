@@ -217,6 +217,24 @@ def test_pooled_examples_is_every_client_in_sorted_order():
   assert len(tff_orders) > 1
 
 
+def test_pooled_test_data_is_every_held_out_example_in_client_order():
+  task = tasks.create_task('digits', seed=3, train_client_spec=(
+      tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=10)))
+  test = task.datasets.test_data
+  # Each client's (image, label) pairs, clients in sorted id order, read one
+  # client at a time: what the evaluation must see, in that order.
+  per_client = [list(test.create_tf_dataset_for_client(cid))
+                for cid in sorted(test.client_ids)]
+  expected = [np.stack([np.asarray(e[i]) for c in per_client for e in c])
+              for i in (0, 1)]
+  batches = list(tasks.pooled_test_data(task))
+  pooled = [np.concatenate([np.asarray(b[i]) for b in batches])
+            for i in (0, 1)]
+  assert len(per_client) > 1 and len(expected[1]) == 360
+  np.testing.assert_array_equal(pooled[0], expected[0])
+  np.testing.assert_array_equal(pooled[1], expected[1])
+
+
 def test_missing_file_error_names_task_path_and_remedy(tmp_path):
   with pytest.raises(data_errors.MissingDataError) as e:
     _task('shakespeare', str(tmp_path))
