@@ -5,18 +5,20 @@ clients with plain TensorFlow: one Keras-backed `VariableModel` built once,
 its weights assigned before each evaluation, its metrics reset, one
 `tf.function` pass over the data, and the model's own metric finalizers.
 Metrics are therefore example-weighted over all held-out examples (what the
-papers report as test accuracy), and evaluation costs no TFF round trip.
+papers report as test accuracy). The pass over the data runs in this
+process; TFF is called once per evaluation, to finalize the few metric
+values (Keras-backed finalizers need a graph), never with the data.
 
 Repeatability: an evaluation repeats bit for bit from run to run (and a
 resumed run logs an uninterrupted one's `eval_loss`) when its dataset does:
 `binaries.train` pools the held-out clients in sorted id order
-(`tasks.sqlite_data.pooled_examples`). TFF's own pooling,
-`create_tf_dataset_from_all_clients()`, shuffles the clients unseeded; the
-per-batch losses were then summed in another order in every run, and
-`eval_loss` differed in its last float32 bit (the claim ConvNet's loss on
-MNIST-5k's 1,000 test images, the same weights: 3 values in 24 processes
-with TFF's order, one in 8 with the sorted one). Counts (`eval_accuracy`)
-are sums of whole numbers and never varied.
+(`tasks.pooled_test_data`, via `tasks.sqlite_data.pooled_examples`). TFF's
+own pooling, `create_tf_dataset_from_all_clients()`, shuffles the clients
+unseeded; the per-batch losses were then summed in another order in every
+run, and `eval_loss` differed in its last float32 bit (the claim ConvNet's
+loss on MNIST-5k's 1,000 test images, the same weights: 3 values in 24
+processes with TFF's order, one in 8 with the sorted one). Counts
+(`eval_accuracy`) are sums of whole numbers and never varied.
 
 `final_full_eval` evaluates the final model once on the whole test set (where
 the rounds' evaluations used a sample) and writes `final_eval.json`.
