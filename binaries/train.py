@@ -29,6 +29,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
@@ -531,9 +532,11 @@ def prepare_output_dir(hparams: dict) -> bool:
   path = os.path.join(output_dir, analysis.HPARAMS_FILE)
   try:
     os.makedirs(output_dir, exist_ok=True)
-    probe = os.path.join(output_dir, '.write_test')
-    with open(probe, 'w') as f:
-      f.write('')
+    # A probe of its own: processes checking the same directory at once
+    # (two claims chains validating a claim's runs) must not remove each
+    # other's.
+    fd, probe = tempfile.mkstemp(prefix='.write_test.', dir=output_dir)
+    os.close(fd)
     os.remove(probe)
   except OSError as e:
     raise UsageError(f'--output_dir={output_dir} is not a writable directory: '

@@ -155,6 +155,23 @@ def test_unwritable_output_dir(tmp_path, capsys):
       'Not a directory.\n')
 
 
+def test_write_probe_leaves_other_processes_files_alone(tmp_path):
+  """The writability probe is unique to its process.
+
+  Two claims chains once validated the same run directory at once; each
+  created and removed the same `.write_test`, so one removed the other's
+  and failed with "No such file or directory". A file of that name (here
+  standing for the other process's probe) must survive, and the probe
+  leaves nothing behind.
+  """
+  output_dir = tmp_path / 'run'
+  output_dir.mkdir()
+  (output_dir / '.write_test').write_text('another process')
+  assert train.prepare_output_dir({'output_dir': str(output_dir)}) is False
+  assert os.listdir(output_dir) == ['.write_test']
+  assert (output_dir / '.write_test').read_text() == 'another process'
+
+
 def test_clients_per_round_larger_than_population(tmp_path, capsys):
   output_dir = str(tmp_path / 'run')
   assert _run('--task=digits', '--clients_per_round=101', '--rounds=1',
