@@ -96,6 +96,7 @@ from binaries.papers import fedfor  # pylint: disable=g-import-not-at-top
 from binaries.papers import fedopt  # pylint: disable=g-import-not-at-top
 from binaries.papers import fedptr  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import files  # pylint: disable=g-import-not-at-top
 
 # The machinery (`binaries.verdicts`, `binaries.tables`), by the names this
 # binary and its tests use.
@@ -372,9 +373,8 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
       ax.legend(fontsize=8)
   if drawn:
     fig.tight_layout()
-    tmp = _temporary(path) + '.png'
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, path)
+    with files.replaced_atomically(path, 'wb') as f:
+      fig.savefig(f, format='png', dpi=100)
   plt.close(fig)
   return drawn
 
@@ -421,9 +421,10 @@ def write_reports(claims: Sequence[Claim],
     if claim.name in rendered:
       work = claim_dir(out_dir, claim)
       os.makedirs(work, exist_ok=True)
-      _write(os.path.join(work, reproduce.TABLE_MD),
-             render_claim(claim, values, seeds=seeds or claim.seeds,
-                          eval_sizes=sizes))
+      files.write_text(os.path.join(work, reproduce.TABLE_MD),
+                       render_claim(claim, values,
+                                    seeds=seeds or claim.seeds,
+                                    eval_sizes=sizes))
       plot_curves(claim, points, os.path.join(work, CURVES_PNG))
     overall, results = evaluate(claim, values, sizes)
     finished = sum(analysis.is_finished(p.output_dir, p.rounds) for p in points)
@@ -438,32 +439,14 @@ def write_reports(claims: Sequence[Claim],
       csv_rows.append([claim.name, overall, c.describe(), v, n, finished,
                        len(points)])
   text = '\n'.join(summary) + '\n'
-  _write(os.path.join(out_dir, SUMMARY_MD), text)
-  tmp = _temporary(os.path.join(out_dir, SUMMARY_CSV))
-  with open(tmp, 'w', newline='') as f:
+  files.write_text(os.path.join(out_dir, SUMMARY_MD), text)
+  with files.replaced_atomically(os.path.join(out_dir, SUMMARY_CSV),
+                                 newline='') as f:
     writer = csv.writer(f)
     writer.writerow(['claim', 'claim_verdict', 'check', 'check_verdict',
                      'numbers', 'runs_finished', 'runs'])
     writer.writerows(csv_rows)
-  os.replace(tmp, os.path.join(out_dir, SUMMARY_CSV))
   return text
-
-
-def _temporary(path: str) -> str:
-  """A name beside `path` that no other process writes.
-
-  Two `binaries.claims` processes (say one per claim, to use both cores)
-  rewrite the same `claims.md` and `claims.csv` as their runs end; with
-  one shared temporary name the later `os.replace` could find it gone.
-  """
-  return f'{path}.{os.getpid()}.tmp'
-
-
-def _write(path: str, text: str) -> None:
-  tmp = _temporary(path)
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, path)
 
 
 # --- The binary --------------------------------------------------------------

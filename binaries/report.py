@@ -29,6 +29,7 @@ from typing import Optional
 from absl import flags
 
 from tff_opt.program import analysis
+from tff_opt.program import files
 
 # Its own flag set, so that importing it beside binaries.train or
 # binaries.sweep defines no flag twice.
@@ -177,7 +178,8 @@ def plot_runs(runs: Sequence[tuple[str, list[dict]]], metric: str,
   """Saves `make_figure`'s plot to `path` (PNG)."""
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
   fig = make_figure(runs, metric, target=target, title=title)
-  fig.savefig(path, dpi=120)
+  with files.replaced_atomically(path, 'wb') as f:
+    fig.savefig(f, format='png', dpi=120)
   plt.close(fig)
 
 

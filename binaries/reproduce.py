@@ -57,6 +57,7 @@ from binaries import paper_tables  # pylint: disable=g-import-not-at-top
 from binaries import tables  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import files  # pylint: disable=g-import-not-at-top
 
 RUNS_DIR = 'runs'
 # Where `make data` puts mnist_5k.csv.gz: the mnist5k stand-in's default.
@@ -581,8 +582,7 @@ def write_csv(table: paper_tables.Table, scale: str,
   for h in headers[1:]:
     out += [f'{h} ours', f'{h} ours std', f'{h} ours seeds',
             f'{h} paper', f'{h} paper std']
-  tmp = path + '.tmp'
-  with open(tmp, 'w', newline='') as f:
+  with files.replaced_atomically(path, newline='') as f:
     writer = csv.writer(f)
     writer.writerow(out)
     for label, row in rows:
@@ -597,7 +597,6 @@ def write_csv(table: paper_tables.Table, scale: str,
                  '' if printed[0] is None else printed[0],
                  '' if printed[1] is None else printed[1]]
       writer.writerow(line)
-  os.replace(tmp, path)
 
 
 # --- The binary --------------------------------------------------------------
@@ -662,8 +661,7 @@ def main(argv: Sequence[str],
   cells = collect(table, scale, points)
   markdown = render_markdown(table, scale, cells, seeds=seeds,
                              stand_in=stand_in)
-  with open(os.path.join(work_dir, TABLE_MD), 'w') as f:
-    f.write(markdown)
+  files.write_text(os.path.join(work_dir, TABLE_MD), markdown)
   write_csv(table, scale, cells, os.path.join(work_dir, TABLE_CSV))
   print(markdown, flush=True)
   print(f'reproduce: wrote {os.path.join(work_dir, TABLE_MD)} and '

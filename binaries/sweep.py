@@ -64,6 +64,7 @@ from typing import NoReturn, Optional
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import files  # pylint: disable=g-import-not-at-top
 from tff_opt.program import output_lock  # pylint: disable=g-import-not-at-top
 from tff_opt.program import worker_env  # pylint: disable=g-import-not-at-top
 
@@ -530,7 +531,7 @@ def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
                        f'settings ({what}); use another --sweep_dir (nothing '
                        'was changed).')
   os.makedirs(sweep_dir, exist_ok=True)
-  with open(path, 'w') as f:
+  with files.replaced_atomically(path) as f:
     json.dump(identity, f, indent=2, sort_keys=True)
 
 
@@ -637,8 +638,7 @@ def write_summary(results: Sequence[PointResult],
   columns = ['client_lr', 'server_lr', 'server_tau', 'status', 'rounds_done',
              f'train_loss_last{window}', f'{metric}_last{window}',
              f'final_{metric}', 'selected', 'output_dir']
-  tmp = path + '.tmp'
-  with open(tmp, 'w', newline='') as f:
+  with files.replaced_atomically(path, newline='') as f:
     writer = csv.writer(f)
     writer.writerow(columns)
     for r in sorted(results, key=order):
@@ -650,7 +650,6 @@ def write_summary(results: Sequence[PointResult],
           '' if r.metric_mean is None else r.metric_mean,
           '' if r.metric_final is None else r.metric_final,
           int(r is best), r.output_dir])
-  os.replace(tmp, path)
 
 
 def plot_heatmap(results: Sequence[PointResult], best: PointResult,
@@ -717,7 +716,8 @@ def plot_heatmap(results: Sequence[PointResult], best: PointResult,
                f'{train_window} rounds)')
   ax.set_title('\n'.join(lines), fontsize=10)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  with files.replaced_atomically(path, 'wb') as f:
+    fig.savefig(f, format='png', dpi=120)
   plt.close(fig)
   return values
 

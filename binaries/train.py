@@ -40,6 +40,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.algorithms import hparams as hparams_lib
 from tff_opt.program import analysis
+from tff_opt.program import files
 from tff_opt.program import flag_adapters
 from tff_opt.program import output_lock
 from tff_opt.program import registry
@@ -590,10 +591,8 @@ def lock_output_dir(output_dir: str):
 
 def write_hparams(hparams: dict, extra: dict) -> None:
   path = os.path.join(hparams['output_dir'], analysis.HPARAMS_FILE)
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
+  with files.replaced_atomically(path) as f:
     json.dump({**hparams, **extra}, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
 
 
 def run(hparams: dict) -> None:

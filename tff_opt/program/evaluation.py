@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.program import files
 from tff_opt.round import ground
 
 Evaluator = Callable[[tff.learning.models.ModelWeights], dict[str, object]]
@@ -116,9 +117,8 @@ def final_full_eval(
   """
   metrics = build_evaluator(model_fn, dataset)(model_weights)
   path = os.path.join(output_dir, FINAL_EVAL_FILE)
-  with open(path + '.tmp', 'w') as f:
+  with files.replaced_atomically(path) as f:
     json.dump({'rounds': rounds, **metrics}, f, indent=2, sort_keys=True)
-  os.replace(path + '.tmp', path)
   return metrics
 
 

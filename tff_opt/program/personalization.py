@@ -80,6 +80,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import checks
+from tff_opt.program import files
 from tff_opt.round import ground
 from tff_opt.round import losses
 from tff_opt.round import penalties
@@ -624,9 +625,8 @@ def write_report(output_dir: str, result: dict[str, Any], **extra: Any
     OSError: If the file cannot be written.
   """
   path = os.path.join(output_dir, PERSONALIZATION_FILE)
-  with open(path + '.tmp', 'w') as f:
+  with files.replaced_atomically(path) as f:
     json.dump({**extra, **result}, f, indent=2, sort_keys=True)
-  os.replace(path + '.tmp', path)
   return path
 
 

@@ -69,6 +69,7 @@ import tensorflow_federated as tff
 
 from tff_opt.program import analysis
 from tff_opt.program import checkpoints
+from tff_opt.program import files
 from tff_opt import checks
 from tff_opt.round import client_states as client_states_lib
 from tff_opt.program import runtime
@@ -187,13 +188,11 @@ class MetricsLog:
 
   def _write_csv(self) -> None:
     columns = self._columns()
-    tmp = self._path + '.tmp'
-    with open(tmp, 'w', newline='') as f:
+    with files.replaced_atomically(self._path, newline='') as f:
       writer = csv.DictWriter(f, fieldnames=columns, restval='')
       writer.writeheader()
       for row in self._rows:
         writer.writerow(row)
-    os.replace(tmp, self._path)
 
 
 def _parse(text: str):

@@ -1,0 +1,71 @@
+"""Files replaced whole or not at all.
+
+A run's `hparams.json`, `metrics.csv` and `final_eval.json`, the sweeps',
+reproductions' and claims' tables and plots: each may be read while it is
+rewritten (a report, a second claims process, a user's notebook) and its
+writer may die mid-write (SIGTERM at a session's end, a crash). Each is
+therefore written to a temporary file beside it and renamed over it with
+`os.replace`, atomic on POSIX within one file system: a reader sees the
+old file or the new one, never half of one, and a writer that raises
+leaves the old file as it was and no temporary behind.
+
+The temporary's name is unique to one write, `<name>.<pid>.<n>.tmp` (the
+writer's pid and a per-process count): two writers of the same file (two
+`binaries.claims` processes rewriting `claims.md` as their runs end, or
+one writer inside another) never write into or rename away each other's
+temporary; the last to finish wins. It is opened like any file (not
+`tempfile.mkstemp`, whose files are private to their owner), so the
+result has the permissions a plain `open` gives.
+"""
+
+import contextlib
+import itertools
+import os
+from typing import IO, Iterator, Optional
+
+_COUNT = itertools.count()
+
+
+def temporary_name(path: str) -> str:
+  """A name beside `path` that no other write (in any process) uses."""
+  return f'{path}.{os.getpid()}.{next(_COUNT)}.tmp'
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: str, mode: str = 'w', *,
+                        newline: Optional[str] = None) -> Iterator[IO]:
+  """Opens a temporary file that replaces `path` when the block ends.
+
+  Usage: `with replaced_atomically(path) as f: json.dump(data, f)`. Inside
+  the block `f.name` is the temporary's path (flush `f` before reading it
+  back, e.g. to validate what was written).
+
+  Args:
+    path: The file to replace (its directory must exist).
+    mode: `'w'` (text) or `'wb'` (bytes).
+    newline: As `open`'s (`''` for the `csv` module); text mode only.
+
+  Yields:
+    The temporary file, open for writing.
+
+  Raises:
+    ValueError: If `mode` is neither `'w'` nor `'wb'`.
+    OSError: If the temporary cannot be written or renamed.
+  """
+  if mode not in ('w', 'wb'):
+    raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}.")
+  tmp = temporary_name(path)
+  try:
+    with open(tmp, mode, newline=newline) as f:
+      yield f
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(tmp)
+    raise
+
+
+def write_text(path: str, text: str) -> None:
+  """Replaces `path` with `text` (`replaced_atomically`)."""
+  with replaced_atomically(path) as f:
+    f.write(text)
