@@ -72,12 +72,17 @@ FedPTR-S claim run (results/claims/fedptr/uncapped_mu/: MNIST-5k, mu 0.1,
 eta 0.05; 88% at round 27, then a finite but huge update at round 34 and
 10% from round 36 on). So mu_l is capped at 1 / eta (this round's client
 learning rate): a penalty step then moves a weight at most onto
-w~_{t+1}, never past it. The cap is ours, not the paper's; it changes
-nothing while mu / d_l <= 1 / eta (d_l >= eta * mu: 0.005 for the claim's
-setting), and a constant mu (`layer_adaptive=False`) is not capped, as
-FedProx's is not. The clients compute mu_l
-from what they receive; nothing else is broadcast. `layer_adaptive=False`
-uses mu for every layer.
+w~_{t+1}, never past it. With heavy-ball momentum beta (client `sgdm`,
+PyTorch's form v <- beta v + g, w <- w - eta v; the FedPTR claim runs
+beta = 0.9) the penalty alone is stable while eta * mu_l < 2 (1 + beta),
+so the cap keeps it stable there too, though a momentum step may then
+overshoot w~_{t+1} before settling on it. The cap is ours, not the
+paper's; it changes nothing while mu / d_l <= 1 / eta, that is while
+d_l >= eta * mu (1e-4 to 1e-2 for the claim's eta 0.01 and base mu 0.01
+to 1), and a constant mu (`layer_adaptive=False`) is not capped, as
+FedProx's is not. The clients compute mu_l from what they receive;
+nothing else is broadcast. `layer_adaptive=False` uses mu for every
+layer.
 
 The default is `layer_adaptive=False` (and `--nolayer_adaptive`): Eq. 2 as
 printed, a constant mu, the only form whose formula our copy keeps. The
