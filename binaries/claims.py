@@ -332,6 +332,12 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
                 path: str, metric: str = 'eval_accuracy') -> bool:
   """`metric` against rounds per setting: mean over seeds, min-max band.
 
+  The mean and its band are over a method's finished seeds, on every
+  round they all logged; each unfinished seed is its own dotted line,
+  labelled with how far it got, so that one run still going neither cuts
+  the finished seeds' curve short nor enters their mean. A method with no
+  finished seed has its dotted lines only.
+
   Returns:
     Whether a figure was written (some point has rows).
   """
@@ -343,28 +349,29 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
   drawn = False
   for ax, setting in zip(axes[0], claim.settings):
     for method in claim.methods:
-      curves = []
-      for p in points:
-        if p.method.label != method.label or p.setting.label != setting.label:
-          continue
-        rows = analysis.read_metrics_if_any(p.output_dir)
-        if not rows:
-          continue
-        curves.append({r['round']: r[metric] for r in rows
-                       if r.get(metric) is not None})
-      if not curves:
-        continue
-      rounds = sorted(set.intersection(*(set(c) for c in curves)))
-      if not rounds:
-        continue
-      ys = [[c[r] * 100 for c in curves] for r in rounds]
-      mean = [statistics.fmean(y) for y in ys]
-      line, = ax.plot(rounds, mean, label=f'{method.label} ({len(curves)} '
-                      'seed' + ('s' if len(curves) > 1 else '') + ')')
-      if len(curves) > 1:
-        ax.fill_between(rounds, [min(y) for y in ys], [max(y) for y in ys],
-                        color=line.get_color(), alpha=0.2)
-      drawn = True
+      finished, unfinished = seed_curves(
+          [p for p in points if p.method.label == method.label and
+           p.setting.label == setting.label], metric)
+      color = None
+      if finished:
+        rounds = sorted(set.intersection(*(set(c) for c in finished)))
+        ys = [[c[r] * 100 for c in finished] for r in rounds]
+        line, = ax.plot(rounds, [statistics.fmean(y) for y in ys],
+                        label=f'{method.label} ({len(finished)} seed' +
+                        ('s' if len(finished) > 1 else '') + ')')
+        color = line.get_color()
+        if len(finished) > 1:
+          ax.fill_between(rounds, [min(y) for y in ys], [max(y) for y in ys],
+                          color=color, alpha=0.2)
+        drawn = True
+      for point, curve in unfinished:
+        rounds = sorted(curve)
+        line, = ax.plot(rounds, [curve[r] * 100 for r in rounds], ':',
+                        color=color, linewidth=1,
+                        label=f'{method.label} seed {point.seed} (unfinished: '
+                        f'{rounds[-1]}/{point.rounds} rounds)')
+        color = line.get_color()
+        drawn = True
     ax.set_title(f'{claim.name}: {setting.label}')
     ax.set_xlabel('round')
     ax.set_ylabel(f'{metric} (%)')
@@ -377,6 +384,32 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
       fig.savefig(f, format='png', dpi=100)
   plt.close(fig)
   return drawn
+
+
+def seed_curves(points: Sequence[reproduce.Point], metric: str):
+  """Each point's `metric` by round, split into finished and unfinished.
+
+  Args:
+    points: Runs of one method in one setting (their seeds).
+    metric: The column of their metrics files.
+
+  Returns:
+    `(finished, unfinished)`: the finished runs' curves (`{round: value}`)
+    and `(point, curve)` for each run begun but not finished, both in the
+    points' order; a run with no logged value of `metric` is in neither.
+  """
+  finished, unfinished = [], []
+  for p in points:
+    rows = analysis.read_metrics_if_any(p.output_dir)
+    curve = {r['round']: r[metric] for r in rows or ()
+             if r.get(metric) is not None}
+    if not curve:
+      continue
+    if analysis.is_finished(p.output_dir, p.rounds, rows=rows):
+      finished.append(curve)
+    else:
+      unfinished.append((p, curve))
+  return finished, unfinished
 
 
 def write_reports(claims: Sequence[Claim],

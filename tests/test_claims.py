@@ -825,3 +825,33 @@ def test_curves_of_a_claim_with_no_rows_write_nothing_and_warn_nothing(
     assert not claims.plot_curves(claims.CLAIMS['fedcurv'], points, path)
   assert not os.path.exists(path)
   assert not caplog.records
+
+
+def test_curves_average_finished_seeds_and_draw_an_unfinished_one_apart(
+    tmp_path):
+  # FedPTR's grid on 3 seeds: seeds 0-1 finished (60 rounds), seed 2 at
+  # round 22. The mean is over the two finished seeds on all 60 rounds; the
+  # unfinished seed is kept apart with its 22 rounds, not cutting the mean.
+  claim = claims.CLAIMS['fedptr']
+  out = str(tmp_path / 'claims')
+  points = [p for p in claims.points_of(claim, seeds=3, out_dir=out,
+                                        data_dir=None)
+            if p.method.label == 'FedAvg']
+  assert [p.seed for p in points] == [0, 1, 2]
+  for p, last in zip(points, (60, 60, 22)):
+    os.makedirs(p.output_dir)
+    with open(os.path.join(p.output_dir, 'metrics.csv'), 'w') as f:
+      f.write('round,eval_accuracy\n')
+      f.writelines(f'{r},{(p.seed + 1) * r / 1000}\n'
+                   for r in range(1, last + 1))
+  finished, unfinished = claims.seed_curves(points, 'eval_accuracy')
+  assert [sorted(c) for c in finished] == [list(range(1, 61))] * 2
+  assert finished[1][60] == pytest.approx(0.12)
+  assert [(p.seed, sorted(c)) for p, c in unfinished] == [
+      (2, list(range(1, 23)))]
+  # A run with no logged value of the metric is in neither list.
+  assert claims.seed_curves(points, 'train_loss') == ([], [])
+  path = str(tmp_path / 'curves.png')
+  assert claims.plot_curves(claim, points, path)
+  with open(path, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
