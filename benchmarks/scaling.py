@@ -31,10 +31,11 @@ population  A population of `--population` clients (342,477, Stack
             clients, build their datasets and read them, and the number of
             examples read, which equals the sampled clients' examples: a
             round reads only its clients. TFF's `SqlClientData` queries
-            `examples WHERE client_id = ...` and the format has no index, so
-            SQLite scans the table for each client; the same rounds are
-            then timed on a copy of the file with an index on
-            `examples(client_id)` to show that cost. The files are kept in
+            `examples WHERE client_id = ...` and the format has no index
+            (this file's is dropped), so SQLite scans the table for each
+            client; the same rounds are then timed on a copy of the file
+            with an index on `examples(client_id)`, as `write_sqlite`
+            writes it, to show that cost. The files are kept in
             `--sqlite_dir` and reused.
 
 `--quick` runs 2 timed rounds at 2, 5 and 10 clients, 30 memory rounds and
@@ -62,6 +63,7 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top
 from tasks import models  # pylint: disable=g-import-not-at-top
 from tasks import sqlite_data  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
+from tff_opt.program import files  # pylint: disable=g-import-not-at-top
 from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
 from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
 
@@ -183,7 +185,12 @@ ELEMENT_SPEC = {'pixels': tf.TensorSpec([64], tf.float32),
 
 
 def write_population(path: str, population: int) -> float:
-  """Writes (if missing) `population` one-example clients; returns seconds."""
+  """Writes (if missing) `population` one-example clients; returns seconds.
+
+  The file has no index, as TFF's own SQLite files: `write_sqlite` adds
+  one on `examples(client_id)`, dropped here, so that this file shows the
+  cost the index saves.
+  """
   if os.path.exists(path):
     return 0.0
   start = time.perf_counter()
@@ -194,7 +201,11 @@ def write_population(path: str, population: int) -> float:
       yield f'{i:08d}', [{'pixels': rng.random(64).astype(np.float32),
                           'label': np.array([i % NUM_CLASSES])}]
 
-  sqlite_data.write_sqlite(path, {'train': dict(client_elements())})
+  with files.built_atomically(path) as tmp:
+    sqlite_data.write_sqlite(tmp, {'train': dict(client_elements())})
+    with sqlite3.connect(tmp) as con:
+      con.execute(f'DROP INDEX {sqlite_data.EXAMPLES_INDEX};')
+    con.close()
   return time.perf_counter() - start
 
 
@@ -219,19 +230,22 @@ def _sample_rounds(client_data, rounds: int, clients_per_round: int):
 def population_part(population: int, sqlite_dir: str, rounds: int):
   """Opening a huge TFF SQLite population and sampling rounds from it."""
   os.makedirs(sqlite_dir, exist_ok=True)
-  path = os.path.join(sqlite_dir, f'population_{population}.sqlite')
+  # `_noindex`: files of this name before were written with write_sqlite's
+  # index, and must not be reused as the unindexed file.
+  path = os.path.join(sqlite_dir, f'population_{population}_noindex.sqlite')
   written = write_population(path, population)
   print(f'\n[population] {population:,} clients x 1 example in TFF\'s SQLite '
         f'format: {path} ({os.path.getsize(path) / 2**20:.1f} MiB'
         + (f', written in {written:.1f} s' if written else ', reused')
         + f'); 10 clients per round; {common.load_average()}', flush=True)
-  indexed = path.replace('.sqlite', '_indexed.sqlite')
+  indexed = os.path.join(sqlite_dir, f'population_{population}_indexed.sqlite')
   if not os.path.exists(indexed):
-    shutil.copyfile(path, indexed + '.tmp')
-    with sqlite3.connect(indexed + '.tmp') as con:
-      con.execute('CREATE INDEX examples_client ON examples (client_id);')
-    con.close()
-    os.replace(indexed + '.tmp', indexed)
+    with files.built_atomically(indexed) as tmp:
+      shutil.copyfile(path, tmp)
+      with sqlite3.connect(tmp) as con:
+        con.execute(f'CREATE INDEX {sqlite_data.EXAMPLES_INDEX} ON examples '
+                    '(client_id);')
+      con.close()
   table = common.Table([('file', 9, ''), ('open s', 7, '.2f'),
                         ('open MiB', 8, '+.1f'), ('round s', 8, '.3f'),
                         ('rounds MiB', 10, '+.1f'), ('read', 5, ''),

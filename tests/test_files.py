@@ -79,3 +79,42 @@ def test_a_mode_other_than_write_is_refused(tmp_path):
     with files.replaced_atomically(str(tmp_path / 'x'), 'a'):
       pass
   assert _listing(tmp_path) == []
+
+
+def test_a_built_file_replaces_the_old_one_when_the_block_ends(tmp_path):
+  path = str(tmp_path / 'population.sqlite')
+  with open(path, 'w') as f:
+    f.write('old')
+  with files.built_atomically(path) as tmp:
+    assert not os.path.exists(tmp)
+    assert os.path.dirname(tmp) == str(tmp_path)
+    with open(tmp, 'w') as f:  # A library writing from the path.
+      f.write('new')
+    assert open(path).read() == 'old'
+  assert open(path).read() == 'new'
+  assert _listing(tmp_path) == ['population.sqlite']
+
+
+def test_a_failed_build_keeps_the_old_file_and_removes_the_partial_one(
+    tmp_path):
+  path = str(tmp_path / 'population.sqlite')
+  with open(path, 'w') as f:
+    f.write('old')
+  with pytest.raises(KeyboardInterrupt):
+    with files.built_atomically(path) as tmp:
+      with open(tmp, 'w') as f:
+        f.write('half')
+      raise KeyboardInterrupt
+  assert open(path).read() == 'old'
+  assert _listing(tmp_path) == ['population.sqlite']
+
+
+def test_a_build_that_wrote_nothing_is_an_error_and_keeps_the_old_file(
+    tmp_path):
+  path = str(tmp_path / 'population.sqlite')
+  with open(path, 'w') as f:
+    f.write('old')
+  with pytest.raises(FileNotFoundError):
+    with files.built_atomically(path):
+      pass
+  assert open(path).read() == 'old'

@@ -8,6 +8,7 @@ every task then trains one round in the binary on it.
 import csv
 import json
 import os
+import sqlite3
 
 import numpy as np
 import pytest
@@ -359,3 +360,22 @@ def test_option_for_a_task_without_options_says_it_takes_none():
                       synthetic=True)
   assert str(e.value) == ("Unknown option 'synthetic': task 'emnist_cr' "
                           'takes no options.')
+
+
+def test_a_failed_sqlite_write_keeps_the_old_file_and_leaves_nothing(
+    tmp_path):
+  path = str(tmp_path / 'emnist_all.sqlite')
+  sqlite_data.write_sqlite(path, {'train': {'a': [{'label': np.array([1])}]}})
+
+  def elements():
+    yield {'label': np.array([2])}
+    raise OSError('disk full')
+
+  with pytest.raises(OSError, match='disk full'):
+    sqlite_data.write_sqlite(path, {'train': {'a': [], 'b': elements()}})
+  assert sorted(os.listdir(tmp_path)) == ['emnist_all.sqlite']
+  with sqlite3.connect(path) as con:
+    rows = con.execute('SELECT client_id, num_examples FROM '
+                       'client_metadata').fetchall()
+  con.close()
+  assert rows == [('a', 1)]

@@ -16,6 +16,10 @@ one writer inside another) never write into or rename away each other's
 temporary; the last to finish wins. It is opened like any file (not
 `tempfile.mkstemp`, whose files are private to their owner), so the
 result has the permissions a plain `open` gives.
+
+A file some library builds from a path (an SQLite database, a copy) is
+written the same way through `built_atomically`, which hands out the
+temporary's path instead of an open file.
 """
 
 import contextlib
@@ -26,9 +30,38 @@ from typing import IO, Iterator, Optional
 _COUNT = itertools.count()
 
 
-def temporary_name(path: str) -> str:
+def _temporary_name(path: str) -> str:
   """A name beside `path` that no other write (in any process) uses."""
   return f'{path}.{os.getpid()}.{next(_COUNT)}.tmp'
+
+
+@contextlib.contextmanager
+def built_atomically(path: str) -> Iterator[str]:
+  """A temporary path that replaces `path` when the block ends.
+
+  For files a library writes from a path: `with built_atomically(path) as
+  tmp: sqlite3.connect(tmp)...`. The block builds `tmp` (nothing exists
+  there at first); when it ends, `tmp` is renamed over `path`. If the
+  block raises, `path` is left as it was and `tmp` is removed.
+
+  Args:
+    path: The file to replace (its directory must exist).
+
+  Yields:
+    The temporary's path, beside `path`.
+
+  Raises:
+    FileNotFoundError: If the block did not create the temporary.
+    OSError: If the temporary cannot be renamed.
+  """
+  tmp = _temporary_name(path)
+  try:
+    yield tmp
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(tmp)
+    raise
 
 
 @contextlib.contextmanager
@@ -54,15 +87,9 @@ def replaced_atomically(path: str, mode: str = 'w', *,
   """
   if mode not in ('w', 'wb'):
     raise ValueError(f"mode must be 'w' or 'wb', not {mode!r}.")
-  tmp = temporary_name(path)
-  try:
+  with built_atomically(path) as tmp:
     with open(tmp, mode, newline=newline) as f:
       yield f
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(tmp)
-    raise
 
 
 def write_text(path: str, text: str) -> None:
