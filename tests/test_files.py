@@ -81,40 +81,37 @@ def test_a_mode_other_than_write_is_refused(tmp_path):
   assert _listing(tmp_path) == []
 
 
-def test_a_built_file_replaces_the_old_one_when_the_block_ends(tmp_path):
+@pytest.fixture
+def old_database(tmp_path):
   path = str(tmp_path / 'population.sqlite')
   with open(path, 'w') as f:
     f.write('old')
-  with files.built_atomically(path) as tmp:
+  return path
+
+
+def test_a_built_file_replaces_the_old_one_when_the_block_ends(
+    tmp_path, old_database):
+  with files.built_atomically(old_database) as tmp:
     assert not os.path.exists(tmp)
     assert os.path.dirname(tmp) == str(tmp_path)
     with open(tmp, 'w') as f:  # A library writing from the path.
       f.write('new')
-    assert open(path).read() == 'old'
-  assert open(path).read() == 'new'
+    assert open(old_database).read() == 'old'
+  assert open(old_database).read() == 'new'
   assert _listing(tmp_path) == ['population.sqlite']
 
 
-def test_a_failed_build_keeps_the_old_file_and_removes_the_partial_one(
-    tmp_path):
-  path = str(tmp_path / 'population.sqlite')
-  with open(path, 'w') as f:
-    f.write('old')
-  with pytest.raises(KeyboardInterrupt):
-    with files.built_atomically(path) as tmp:
-      with open(tmp, 'w') as f:
-        f.write('half')
-      raise KeyboardInterrupt
-  assert open(path).read() == 'old'
+@pytest.mark.parametrize('written', ['half', None])
+def test_a_failed_or_empty_build_keeps_the_old_file_and_leaves_nothing(
+    tmp_path, old_database, written):
+  # A block that raises (even KeyboardInterrupt) after writing part of the
+  # file, or one that wrote nothing (nothing to rename: an error).
+  error = KeyboardInterrupt if written else FileNotFoundError
+  with pytest.raises(error):
+    with files.built_atomically(old_database) as tmp:
+      if written:
+        with open(tmp, 'w') as f:
+          f.write(written)
+        raise KeyboardInterrupt
+  assert open(old_database).read() == 'old'
   assert _listing(tmp_path) == ['population.sqlite']
-
-
-def test_a_build_that_wrote_nothing_is_an_error_and_keeps_the_old_file(
-    tmp_path):
-  path = str(tmp_path / 'population.sqlite')
-  with open(path, 'w') as f:
-    f.write('old')
-  with pytest.raises(FileNotFoundError):
-    with files.built_atomically(path):
-      pass
-  assert open(path).read() == 'old'
