@@ -67,13 +67,16 @@ def serialize_example(element: Element) -> bytes:
 def write_sqlite(
     path: str,
     splits: Mapping[str, Mapping[str, Iterable[Element]]],
+    *,
+    index: bool = True,
 ) -> dict[str, dict[str, int]]:
   """Writes a federated dataset in TFF's SQLite format.
 
   The file is built next to `path` and renamed into place
   (`tff_opt.program.files.built_atomically`), so a reader never sees a
   half-written file and a failed write leaves no temporary behind. It
-  also holds an index on `examples(client_id)` (named `EXAMPLES_INDEX`):
+  also holds an index on `examples(client_id)` (named `EXAMPLES_INDEX`;
+  `index=False` leaves it out, as TFF's own files do):
   TFF's reader fetches a client's examples with `SELECT ... FROM examples
   WHERE client_id = '...'`, which without an index scans the whole table
   for every client, so a round's cost grew with the population (a round
@@ -83,6 +86,7 @@ def write_sqlite(
   Args:
     path: The SQLite file to write (replaced if it exists).
     splits: split name (e.g. 'train') -> client id -> the client's elements.
+    index: Whether to add the index on `examples(client_id)`.
 
   Returns:
     split name -> client id -> number of examples written.
@@ -109,8 +113,9 @@ def write_sqlite(
               'num_examples) VALUES (?, ?, ?);',
               (client_id, split_name, len(rows)))
           counts[split_name][client_id] = len(rows)
-      # After the rows (one bulk build): see the docstring.
-      con.execute(f'CREATE INDEX {EXAMPLES_INDEX} ON examples (client_id);')
+      if index:  # After the rows (one bulk build): see the docstring.
+        con.execute(f'CREATE INDEX {EXAMPLES_INDEX} ON examples '
+                    '(client_id);')
     con.close()
   return counts
 

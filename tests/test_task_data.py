@@ -379,3 +379,17 @@ def test_a_failed_sqlite_write_keeps_the_old_file_and_leaves_nothing(
                        'client_metadata').fetchall()
   con.close()
   assert rows == [('a', 1)]
+
+
+@pytest.mark.parametrize('index, indexes', [
+    (True, [sqlite_data.EXAMPLES_INDEX]), (False, [])])
+def test_sqlite_index_on_client_ids_is_written_unless_refused(
+    tmp_path, index, indexes):
+  path = str(tmp_path / 'population.sqlite')
+  sqlite_data.write_sqlite(path, {'train': {'a': [{'label': np.array([1])}]}},
+                           index=index)
+  with sqlite3.connect(path) as con:
+    names = con.execute("SELECT name FROM sqlite_master WHERE type = 'index'"
+                        ).fetchall()
+  con.close()
+  assert [n for (n,) in names] == indexes
