@@ -34,7 +34,10 @@ runs whose name (`<claim>__<method>__<setting>__seed<k>`, as in `logs/`)
 matches one of its shell patterns: two processes, one per core, can share a
 claim's runs that way. Should both reach the same run, the one that finds
 its directory being written leaves it to the other (`elsewhere`; a
-trainer holds its directory's `output_lock`). The reports:
+trainer holds its directory's `output_lock`). A process left with nothing
+but a tuned method whose candidates the other is running waits for them,
+then runs the method's runs too (`--wait_for_tunings`, the default). The
+reports:
 
     <out_dir>/claims.md        every claim run now or with a run begun
                                (a round logged) in <out_dir>, its
@@ -79,6 +82,7 @@ import os
 import statistics
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
@@ -97,6 +101,7 @@ from binaries.papers import fedopt  # pylint: disable=g-import-not-at-top
 from binaries.papers import fedptr  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 from tff_opt.program import files  # pylint: disable=g-import-not-at-top
+from tff_opt.program import output_lock  # pylint: disable=g-import-not-at-top
 
 # The machinery (`binaries.verdicts`, `binaries.tables`), by the names this
 # binary and its tests use.
@@ -505,6 +510,14 @@ flags.DEFINE_boolean('dry_run', False, 'Check every point, print the runs it '
                      'would launch; run nothing.', **_F)
 flags.DEFINE_boolean('report_only', False, 'Rewrite the reports from the '
                      'finished runs; train nothing.', **_F)
+flags.DEFINE_boolean('wait_for_tunings', True, 'When the only runs left are '
+                     'a tuned method\'s, waiting for tuning candidates that '
+                     'another process is running, wait for them (checking '
+                     'every minute) and then run the method\'s runs; '
+                     '--nowait_for_tunings stops instead.', **_F)
+
+# How often a process waiting for another's tuning runs looks again.
+TUNING_POLL_SECONDS = 60.0
 
 
 def main(argv: Sequence[str],
@@ -514,7 +527,13 @@ def main(argv: Sequence[str],
 
   Runs in passes: each launches every point that can run (`points_of`);
   a pass that finishes a tuning makes its method's runs launchable, and
-  the next pass runs them. It stops after a pass that found no new point.
+  the next pass runs them. It stops after a pass that found no new point,
+  unless a tuned method still waits for candidates (`_unfinished_tunings`):
+  with `--wait_for_tunings`, while another process runs one of them this
+  one checks again every `TUNING_POLL_SECONDS`, and a candidate that
+  process left unfinished (stopped, or killed) is run here. So of two
+  processes sharing a claim's queue, the one that finishes its candidates
+  first does not leave the tuned method's runs to the other alone.
 
   Exits with status 2 and one `claims: error: ...` line on a bad flag, a
   point this package cannot run (a missing data set names its make
@@ -534,6 +553,7 @@ def main(argv: Sequence[str],
   launched: set[str] = set()
   failed: list[str] = []
   first = True
+  announced = False  # The wait for another process's candidates, said once.
   while True:
     points_by_claim, summarised = _points(claims)
     if FLAGS.report_only:
@@ -573,6 +593,21 @@ def main(argv: Sequence[str],
       print(f'claims: {len(jobs)} more runs, their tunings finished',
             flush=True)
     first = False
+    if not jobs and waits and FLAGS.wait_for_tunings and not FLAGS.dry_run:
+      elsewhere, left = _unfinished_tunings(ordered, failed)
+      if left:  # Candidates another process began and left: run them here.
+        print(f'claims: {len(left)} tuning run(s) another process left '
+              f'unfinished, resumed here: {", ".join(left)}', flush=True)
+        launched.difference_update(left)
+        jobs = [job for job in all_jobs if job.name in left]
+      elif elsewhere:
+        if not announced:
+          announced = True
+          print(f'claims: {", ".join(w.split(": ", 1)[1] for w in waits)}; '
+                f'another process runs {", ".join(elsewhere)}; checking '
+                f'every {TUNING_POLL_SECONDS:g} s', flush=True)
+        _sleep(TUNING_POLL_SECONDS)
+        continue
     if FLAGS.dry_run:
       sweep.print_dry_run(all_jobs, prog='claims',
                           log=lambda line: print(line, flush=True))
@@ -582,11 +617,36 @@ def main(argv: Sequence[str],
     launched.update(job.name for job in jobs)
     failed += _run(jobs, claims, summarised, logs_dir=logs_dir,
                    command=command, launcher=launcher)
+    announced = False
   print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
                       seeds=FLAGS.seeds, command=command), flush=True)
   if failed:
     _fail(f'{len(failed)} runs failed: {", ".join(failed)}; see '
           f'{logs_dir}.')
+
+
+def _unfinished_tunings(ordered: Sequence[tuple[str, reproduce.Point]],
+                        failed: Sequence[str]
+                        ) -> tuple[list[str], list[str]]:
+  """(candidates another process is running, candidates nobody is running).
+
+  The tuning candidates (seed `TUNING_SEED`) among `ordered` that have not
+  finished, split by whether another process holds their directory's
+  `output_lock` now. Those that failed here are neither: they are not run
+  again by this process, and waiting for them would never end.
+  """
+  elsewhere, left = [], []
+  for name, p in ordered:
+    job_name = run_name(name, p)
+    if (p.seed != TUNING_SEED or job_name in failed
+        or analysis.is_finished(p.output_dir, p.rounds)):
+      continue
+    (elsewhere if output_lock.holder(p.output_dir) else left).append(job_name)
+  return elsewhere, left
+
+
+def _sleep(seconds: float) -> None:
+  time.sleep(seconds)  # A seam: the tests play the other process here.
 
 
 def run_command(argv: Sequence[str]) -> str:

@@ -23,6 +23,7 @@ from binaries import paper_tables
 from binaries import reproduce
 from binaries import train
 from tests import binary
+from tff_opt.program import output_lock
 
 Measure = paper_tables.Measure
 
@@ -653,31 +654,45 @@ _TUNED = {('fedopt', None): 0.60, ('fedprox', '0.1'): 0.62,
           ('fedprox', '0.01'): 0.65, ('fedprox', '1.0'): 0.50}
 
 
+def _write_tuned_run(argv, rounds_logged=None):
+  """The metrics.csv of a `_tuned_claim` run, its first `rounds_logged`."""
+  rounds = int(_flag(argv, 'rounds'))
+  final = _TUNED[(_flag(argv, 'algorithm'), _flag(argv, 'mu'))]
+  final += int(_flag(argv, 'seed')) / 1000  # Seeds differ a little.
+  out = _flag(argv, 'output_dir')
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, 'metrics.csv'), 'w') as f:
+    f.write('round,eval_accuracy\n')
+    f.writelines(f'{r},{final * r / rounds}\n'
+                 for r in range(1, (rounds_logged or rounds) + 1))
+
+
+def _tuned_launcher(launched):
+  def launcher(argv, log_path):
+    del log_path
+    launched.append(argv)
+    _write_tuned_run(argv)
+    return 0
+  return launcher
+
+
+def _runs(launched):
+  return [(_flag(a, 'algorithm'), _flag(a, 'mu'), _flag(a, 'seed'))
+          for a in launched]
+
+
 def test_a_tuned_method_runs_with_the_value_its_tuning_picked(
     tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _tuned_claim()})
   launched = []
-
-  def launcher(argv, log_path):
-    launched.append(argv)
-    rounds = int(_flag(argv, 'rounds'))
-    final = _TUNED[(_flag(argv, 'algorithm'), _flag(argv, 'mu'))]
-    final += int(_flag(argv, 'seed')) / 1000  # Seeds differ a little.
-    out = _flag(argv, 'output_dir')
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, 'metrics.csv'), 'w') as f:
-      f.write('round,eval_accuracy\n')
-      f.writelines(f'{r},{final * r / rounds}\n' for r in range(1, rounds + 1))
-    return 0
-
+  launcher = _tuned_launcher(launched)
   out = str(tmp_path / 'claims')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
                launcher=launcher) == 0
   printed = capsys.readouterr().out
   assert 'fedadc: FedProx waits for its tuning' in printed
   assert 'claims: 2 more runs, their tunings finished' in printed
-  runs = [(_flag(a, 'algorithm'), _flag(a, 'mu'), _flag(a, 'seed'))
-          for a in launched]
+  runs = _runs(launched)
   # The candidates first (seed 100), then FedAvg's seeds, then FedProx's
   # at the value picked.
   assert runs == [('fedprox', '0.1', '100'), ('fedprox', '0.01', '100'),
@@ -695,6 +710,78 @@ def test_a_tuned_method_runs_with_the_value_its_tuning_picked(
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
                launcher=launcher) == 0
   assert launched == []
+
+
+def _candidate(out, mu):
+  """The `_tuned_claim` candidate's point for `mu` (seed 100)."""
+  claim = claims.CLAIMS['fedadc']
+  [point] = [p for p in claims.points_of(claim, seeds=2, out_dir=out,
+                                         data_dir=None)
+             if p.seed == claims.TUNING_SEED and f'--mu={mu}' in p.argv]
+  return point
+
+
+@pytest.mark.parametrize('finishes', [True, False])
+def test_a_process_waits_for_the_candidate_another_process_runs(
+    finishes, tmp_path, monkeypatch, capsys):
+  # Two processes share the queue: another one runs candidate mu = 0.01.
+  # This one runs the other two candidates and FedAvg's seeds, then waits
+  # for it (the tuned method's runs need every candidate) instead of
+  # leaving FedProx's runs to that process alone. If that process stops
+  # before the candidate finished, this one resumes the candidate itself.
+  monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _tuned_claim()})
+  out = str(tmp_path / 'claims')
+  other = _candidate(out, '0.01')
+  os.makedirs(other.output_dir)
+  held = output_lock.acquire(other.output_dir)
+  _write_tuned_run(other.argv, rounds_logged=2)
+  sleeps = []
+
+  def other_process_ends(seconds):
+    sleeps.append(seconds)
+    if finishes:
+      _write_tuned_run(other.argv)
+    held.close()  # Its lock goes with it.
+
+  monkeypatch.setattr(claims, '_sleep', other_process_ends)
+  launched = []
+  try:
+    assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2'],
+                 launcher=_tuned_launcher(launched)) == 0
+  finally:
+    held.close()
+  name = claims.run_name('fedadc', other)
+  printed = capsys.readouterr().out
+  assert (f'claims: FedProx waits for its tuning; another process runs '
+          f'{name}; checking every 60 s') in printed
+  assert sleeps == [claims.TUNING_POLL_SECONDS]
+  resumed = [('fedprox', '0.01', '100')] if not finishes else []
+  assert _runs(launched) == [
+      ('fedprox', '0.1', '100'), ('fedprox', '1.0', '100'),
+      ('fedopt', None, '0'), ('fedopt', None, '1'), *resumed,
+      ('fedprox', '0.01', '0'), ('fedprox', '0.01', '1')]
+  assert (f'claims: 1 tuning run(s) another process left unfinished, '
+          f'resumed here: {name}' in printed) == (not finishes)
+  assert '**Verdict: reproduced.**' in open(
+      os.path.join(out, 'fedadc', 'table.md')).read()
+
+
+def test_nowait_for_tunings_leaves_the_tuned_runs_to_the_other_process(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _tuned_claim()})
+  out = str(tmp_path / 'claims')
+  other = _candidate(out, '0.01')
+  os.makedirs(other.output_dir)
+  launched = []
+  with output_lock.acquire(other.output_dir):
+    monkeypatch.setattr(claims, '_sleep', lambda s: pytest.fail('slept'))
+    assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
+                  '--nowait_for_tunings'],
+                 launcher=_tuned_launcher(launched)) == 0
+  assert _runs(launched) == [
+      ('fedprox', '0.1', '100'), ('fedprox', '1.0', '100'),
+      ('fedopt', None, '0'), ('fedopt', None, '1')]
+  assert 'fedadc: FedProx waits for its tuning' in capsys.readouterr().out
 
 
 @pytest.mark.parametrize('finals, picked', [

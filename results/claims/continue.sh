@@ -17,7 +17,11 @@
 #
 # Both chains end on queues they share: a run one process is writing is
 # skipped by the other (its trainer holds the directory's lock), so the
-# core that finishes first helps the other instead of idling.
+# core that finishes first helps the other instead of idling. A chain left
+# with only the layer-adaptive mu's runs while the other runs one of their
+# tuning candidates waits for it (binaries.claims --wait_for_tunings, the
+# default) and then shares those runs, rather than moving on to Reddi et
+# al.'s seed 1 and leaving all five seeds to the other core.
 #
 # FedPTR's cheap runs go before FedCurv because their checkpoints are small
 # enough to commit, so they survive a change of machine between sessions.
