@@ -580,15 +580,15 @@ def main(argv: Sequence[str],
                           output_dir=p.output_dir, rounds=p.rounds)
                 for name, p in ordered]
     jobs = [job for job in all_jobs if job.name not in launched]
-    waits = [f'{c.name}: {m} waits for its tuning' for c in claims
+    waits = [(c.name, m) for c in claims
              for m in waiting(c, points_by_claim[c.name])]
     if first:
       print(f'claims: {len(ordered)} runs of ' + ', '.join(
           f'{c.name} ({FLAGS.seeds or c.seeds} seed(s))' for c in claims) +
             f', {FLAGS.parallel} at a time, in '
             f'{FLAGS.out_dir}', flush=True)
-      for line in waits:
-        print(line, flush=True)
+      for name, method in waits:
+        print(f'{name}: {method} waits for its tuning', flush=True)
     elif jobs:
       print(f'claims: {len(jobs)} more runs, their tunings finished',
             flush=True)
@@ -598,13 +598,13 @@ def main(argv: Sequence[str],
       if left:  # Candidates another process began and left: run them here.
         print(f'claims: {len(left)} tuning run(s) another process left '
               f'unfinished, resumed here: {", ".join(left)}', flush=True)
-        launched.difference_update(left)
         jobs = [job for job in all_jobs if job.name in left]
       elif elsewhere:
         if not announced:
           announced = True
-          print(f'claims: {", ".join(w.split(": ", 1)[1] for w in waits)}; '
-                f'another process runs {", ".join(elsewhere)}; checking '
+          print('claims: ' + ', '.join(f'{m} waits for its tuning'
+                                       for _, m in waits) +
+                f'; another process runs {", ".join(elsewhere)}; checking '
                 f'every {TUNING_POLL_SECONDS:g} s', flush=True)
         _sleep(TUNING_POLL_SECONDS)
         continue
