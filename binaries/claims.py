@@ -223,6 +223,26 @@ def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
   return values
 
 
+# {(method, setting): {seed: (last round logged, rounds)}}.
+Begun = dict[tuple[str, str], dict[int, tuple[int, int]]]
+
+
+def begun_of(points: Sequence[reproduce.Point]) -> Begun:
+  """The points begun but not finished: how far each got.
+
+  A run that has logged no round is not begun: its cell stays "not run
+  yet".
+  """
+  begun: Begun = {}
+  for p in points:
+    rows = analysis.read_metrics_if_any(p.output_dir)
+    last = analysis.last_round(rows)
+    if last and not analysis.is_finished(p.output_dir, p.rounds, rows=rows):
+      begun.setdefault((p.method.label, p.setting.label), {})[p.seed] = (
+          last, p.rounds)
+  return begun
+
+
 def _finished_runs(points: Sequence[reproduce.Point]):
   """Yields `(point, its metrics rows)` of the finished points.
 
@@ -281,9 +301,16 @@ def eval_size(rows: Sequence[Mapping[str, Any]]) -> Optional[int]:
 
 
 def _cell(values: Mapping[int, Optional[float]], measure: Measure,
-          seeds: int) -> str:
+          seeds: int,
+          begun: Optional[Mapping[int, tuple[int, int]]] = None) -> str:
   if not values:
-    return 'not run yet'
+    if not begun:
+      return 'not run yet'
+    last, rounds = max(begun.values())
+    if len(begun) == 1:
+      return f'not finished yet (round {last}/{rounds})'
+    return (f'not finished yet ({len(begun)} seeds begun, the furthest at '
+            f'round {last}/{rounds})')
   got = [v for v in values.values() if v is not None]
   if not got:
     return 'not reached' if measure.kind == 'rounds_to' else 'n/a'
@@ -299,8 +326,14 @@ def _cell(values: Mapping[int, Optional[float]], measure: Measure,
 
 
 def render_claim(claim: Claim, values: Values, *, seeds: int,
-                 eval_sizes: Optional[EvalSizes] = None) -> str:
-  """The claim's grid as Markdown, with its verdict."""
+                 eval_sizes: Optional[EvalSizes] = None,
+                 begun: Optional[Begun] = None) -> str:
+  """The claim's grid as Markdown, with its verdict.
+
+  A cell with no finished run says "not run yet", or how far its runs got
+  where `begun` (see `begun_of`) has them.
+  """
+  begun = begun or {}
   overall, results = evaluate(claim, values, eval_sizes)
   headers = ['Method'] + [
       f'{s.label} {m.label}' for s in claim.settings for m in s.measures]
@@ -314,13 +347,15 @@ def render_claim(claim: Claim, values: Values, *, seeds: int,
     for s in claim.settings:
       for m in s.measures:
         row.append(_cell(values.get((method.label, s.label, m.label), {}),
-                         m, seeds))
+                         m, seeds, begun.get((method.label, s.label))))
     lines.append('| ' + ' | '.join(row) + ' |')
   for t in claim.tunings:
     measure = claim.measure(t.setting, t.measure)
     cells = ', '.join(
         f'{v}: ' + _cell(values.get((t.candidate(v), t.setting, t.measure),
-                                    {}), measure, 1) for v in t.values)
+                                    {}), measure, 1,
+                         begun.get((t.candidate(v), t.setting)))
+        for v in t.values)
     chosen = pick(t, claim, values)
     lines += ['', f'Tuning ({t.describe()}; fixed before the runs): '
               f'{cells}; ' + (f'picked **{chosen}**.' if chosen else
@@ -462,7 +497,8 @@ def write_reports(claims: Sequence[Claim],
       files.write_text(os.path.join(work, reproduce.TABLE_MD),
                        render_claim(claim, values,
                                     seeds=seeds or claim.seeds,
-                                    eval_sizes=sizes))
+                                    eval_sizes=sizes,
+                                    begun=begun_of(points)))
       plot_curves(claim, points, os.path.join(work, CURVES_PNG))
     overall, results = evaluate(claim, values, sizes)
     finished = sum(analysis.is_finished(p.output_dir, p.rounds) for p in points)

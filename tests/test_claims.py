@@ -784,6 +784,28 @@ def test_nowait_for_tunings_leaves_the_tuned_runs_to_the_other_process(
   assert 'fedadc: FedProx waits for its tuning' in capsys.readouterr().out
 
 
+def test_a_begun_candidate_says_how_far_it_got_not_that_it_never_ran(
+    tmp_path, monkeypatch):
+  # Candidate 0.1 finished, 0.01 stopped at round 3 of 4, 1.0 never began;
+  # FedAvg's two seeds stopped at rounds 1 and 2.
+  monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _tuned_claim()})
+  out = str(tmp_path / 'claims')
+  _write_tuned_run(_candidate(out, '0.1').argv)
+  _write_tuned_run(_candidate(out, '0.01').argv, rounds_logged=3)
+  os.makedirs(_candidate(out, '1.0').output_dir)  # Begun, no round logged.
+  claim = claims.CLAIMS['fedadc']
+  for p in claims.points_of(claim, seeds=2, out_dir=out, data_dir=None):
+    if p.method.label == 'FedAvg':
+      _write_tuned_run(p.argv, rounds_logged=p.seed + 1)
+  assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
+                '--report_only'], launcher=None) == 0
+  table = open(os.path.join(out, 'fedadc', 'table.md')).read()
+  assert ('0.1: 72.00, 0.01: not finished yet (round 3/4), 1.0: not run '
+          'yet; FedProx\'s runs wait for it.\n') in table
+  assert ('| FedAvg | not finished yet (2 seeds begun, the furthest at '
+          'round 2/4) |\n| FedProx | not run yet |\n') in table
+
+
 @pytest.mark.parametrize('finals, picked', [
     ({'0.1': 60.0, '0.01': 65.0, '1.0': 50.0}, '0.01'),
     ({'0.1': 65.0, '0.01': 65.0, '1.0': 50.0}, '0.1'),  # Ties: the first.
