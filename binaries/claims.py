@@ -156,7 +156,7 @@ def points_of(claim: Claim, *, seeds: int, out_dir: str,
       for p in reproduce.grid(
           claim.table(claim.candidates(t)), 'small', seeds=[TUNING_SEED],
           work_dir=work_dir, data_dir=data_dir)]
-  tuned = values_of(claim, tuning_points)
+  tuned = values_of(read_logs(tuning_points))
   methods = []
   for m in claim.methods:
     t = claim.tuning(m.label)
@@ -210,14 +210,42 @@ def run_name(claim_name: str, point: reproduce.Point) -> str:
   return f'{claim_name}__{point.name}'
 
 
-def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
-  """{(method, setting, measure): {seed: value}} of the finished points.
+@dataclasses.dataclass(frozen=True)
+class RunLog:
+  """What one run has logged, read once for every report on it.
+
+  Attributes:
+    point: The run.
+    rows: Its `metrics.csv` rows (`analysis.read_metrics_if_any`).
+    finished: Whether it logged every round it will run
+      (`analysis.is_finished`).
+  """
+  point: reproduce.Point
+  rows: list[dict[str, Any]]
+  finished: bool
+
+
+def read_logs(points: Sequence[reproduce.Point]) -> list[RunLog]:
+  """Each point's `RunLog`, in the points' order: one read of each file."""
+  logs = []
+  for p in points:
+    rows = analysis.read_metrics_if_any(p.output_dir)
+    logs.append(RunLog(p, rows, analysis.is_finished(p.output_dir, p.rounds,
+                                                     rows=rows)))
+  return logs
+
+
+def values_of(logs: Sequence[RunLog]) -> dict:
+  """{(method, setting, measure): {seed: value}} of the finished runs.
 
   See `run_values`.
   """
   values: dict[tuple[str, str, str], dict[int, Optional[float]]] = {}
-  for p, rows in _finished_runs(points):
-    for label, value in run_values(rows, p.setting, p.rounds).items():
+  for log in logs:
+    if not log.finished:
+      continue
+    p = log.point
+    for label, value in run_values(log.rows, p.setting, p.rounds).items():
       values.setdefault((p.method.label, p.setting.label, label), {})[
           p.seed] = value
   return values
@@ -227,31 +255,20 @@ def values_of(claim: Claim, points: Sequence[reproduce.Point]) -> dict:
 Begun = dict[tuple[str, str], dict[int, tuple[int, int]]]
 
 
-def begun_of(points: Sequence[reproduce.Point]) -> Begun:
-  """The points begun but not finished: how far each got.
+def begun_of(logs: Sequence[RunLog]) -> Begun:
+  """The runs begun but not finished: how far each got.
 
   A run that has logged no round is not begun: its cell stays "not run
   yet".
   """
   begun: Begun = {}
-  for p in points:
-    rows = analysis.read_metrics_if_any(p.output_dir)
-    last = analysis.last_round(rows)
-    if last and not analysis.is_finished(p.output_dir, p.rounds, rows=rows):
+  for log in logs:
+    last = analysis.last_round(log.rows)
+    if last and not log.finished:
+      p = log.point
       begun.setdefault((p.method.label, p.setting.label), {})[p.seed] = (
           last, p.rounds)
   return begun
-
-
-def _finished_runs(points: Sequence[reproduce.Point]):
-  """Yields `(point, its metrics rows)` of the finished points.
-
-  Each run's `metrics.csv` is read once, for both the check and the rows.
-  """
-  for p in points:
-    rows = analysis.read_metrics_if_any(p.output_dir)
-    if analysis.is_finished(p.output_dir, p.rounds, rows=rows):
-      yield p, rows
 
 
 def run_values(rows: Sequence[Mapping[str, Any]], setting: Setting,
@@ -272,16 +289,16 @@ def run_values(rows: Sequence[Mapping[str, Any]], setting: Setting,
   return values
 
 
-def eval_sizes_of(points: Sequence[reproduce.Point]) -> dict[str, int]:
-  """{setting: predictions one evaluation scores} of the finished points.
+def eval_sizes_of(logs: Sequence[RunLog]) -> dict[str, int]:
+  """{setting: predictions one evaluation scores} of the finished runs.
 
   The smallest `eval_size` over each setting's runs.
   """
   sizes: dict[str, int] = {}
-  for p, rows in _finished_runs(points):
-    n = eval_size(rows)
+  for log in logs:
+    n = eval_size(log.rows) if log.finished else None
     if n:
-      label = p.setting.label
+      label = log.point.setting.label
       sizes[label] = min(sizes.get(label, n), n)
   return sizes
 
@@ -368,7 +385,7 @@ def render_claim(claim: Claim, values: Values, *, seeds: int,
   return '\n'.join(lines) + '\n'
 
 
-def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
+def plot_curves(claim: Claim, logs: Sequence[RunLog],
                 path: str, metric: str = 'eval_accuracy') -> bool:
   """`metric` against rounds per setting: mean over seeds, min-max band.
 
@@ -390,8 +407,8 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
   for ax, setting in zip(axes[0], claim.settings):
     for method in claim.methods:
       finished, unfinished = seed_curves(
-          [p for p in points if p.method.label == method.label and
-           p.setting.label == setting.label], metric)
+          [g for g in logs if g.point.method.label == method.label and
+           g.point.setting.label == setting.label], metric)
       color = None
       if finished:
         rounds = sorted(set.intersection(*(set(c) for c in finished)))
@@ -426,29 +443,28 @@ def plot_curves(claim: Claim, points: Sequence[reproduce.Point],
   return drawn
 
 
-def seed_curves(points: Sequence[reproduce.Point], metric: str):
-  """Each point's `metric` by round, split into finished and unfinished.
+def seed_curves(logs: Sequence[RunLog], metric: str):
+  """Each run's `metric` by round, split into finished and unfinished.
 
   Args:
-    points: Runs of one method in one setting (their seeds).
+    logs: Runs of one method in one setting (their seeds).
     metric: The column of their metrics files.
 
   Returns:
     `(finished, unfinished)`: the finished runs' curves (`{round: value}`)
     and `(point, curve)` for each run begun but not finished, both in the
-    points' order; a run with no logged value of `metric` is in neither.
+    runs' order; a run with no logged value of `metric` is in neither.
   """
   finished, unfinished = [], []
-  for p in points:
-    rows = analysis.read_metrics_if_any(p.output_dir)
-    curve = {r['round']: r[metric] for r in rows or ()
+  for log in logs:
+    curve = {r['round']: r[metric] for r in log.rows
              if r.get(metric) is not None}
     if not curve:
       continue
-    if analysis.is_finished(p.output_dir, p.rounds, rows=rows):
+    if log.finished:
       finished.append(curve)
     else:
-      unfinished.append((p, curve))
+      unfinished.append((log.point, curve))
   return finished, unfinished
 
 
@@ -489,8 +505,9 @@ def write_reports(claims: Sequence[Claim],
     if claim.name not in points_by_claim:
       continue
     points = points_by_claim[claim.name]
-    values = values_of(claim, points)
-    sizes = eval_sizes_of(points)
+    logs = read_logs(points)  # Each run's file once, for every report.
+    values = values_of(logs)
+    sizes = eval_sizes_of(logs)
     if claim.name in rendered:
       work = claim_dir(out_dir, claim)
       os.makedirs(work, exist_ok=True)
@@ -498,10 +515,10 @@ def write_reports(claims: Sequence[Claim],
                        render_claim(claim, values,
                                     seeds=seeds or claim.seeds,
                                     eval_sizes=sizes,
-                                    begun=begun_of(points)))
-      plot_curves(claim, points, os.path.join(work, CURVES_PNG))
+                                    begun=begun_of(logs)))
+      plot_curves(claim, logs, os.path.join(work, CURVES_PNG))
     overall, results = evaluate(claim, values, sizes)
-    finished = sum(analysis.is_finished(p.output_dir, p.rounds) for p in points)
+    finished = sum(log.finished for log in logs)
     checks = '<br>'.join(f'{c.describe()}: {v} ({n})'
                          for c, v, n in results)
     summary.append(

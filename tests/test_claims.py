@@ -380,7 +380,8 @@ def test_eval_sizes_are_read_from_the_runs(tmp_path):
     for r in range(1, p.rounds + 1):
       last = r == p.rounds
       f.write(f'{r},0.5,{123456 if last else ""},{3559 if last else ""}\n')
-  assert claims.eval_sizes_of(points) == {p.setting.label: 123456}
+  assert claims.eval_sizes_of(claims.read_logs(points)) == {
+      p.setting.label: 123456}
 
 
 def test_run_values_of_a_run_stopped_at_its_target():
@@ -806,6 +807,31 @@ def test_a_begun_candidate_says_how_far_it_got_not_that_it_never_ran(
           'round 2/4) |\n| FedProx | not run yet |\n') in table
 
 
+def test_the_reports_read_each_runs_metrics_once(tmp_path, monkeypatch):
+  # The values, evaluation sizes, begun cells, curves and the summary's
+  # count of finished runs all come from one read of each metrics.csv
+  # (they were five reads a run).
+  monkeypatch.setattr(claims, 'CLAIMS', {'fedadc': _tuned_claim()})
+  out = str(tmp_path / 'claims')
+  _write_tuned_run(_candidate(out, '0.1').argv)
+  _write_tuned_run(_candidate(out, '0.01').argv, rounds_logged=3)
+  claim = claims.CLAIMS['fedadc']
+  points = claims.points_of(claim, seeds=2, out_dir=out, data_dir=None)
+  for p in points:
+    if p.method.label == 'FedAvg':
+      _write_tuned_run(p.argv, rounds_logged=4 if p.seed else 2)
+  reads = []
+  read = claims.analysis.read_metrics_if_any
+  monkeypatch.setattr(claims.analysis, 'read_metrics_if_any',
+                      lambda run_dir: reads.append(run_dir) or read(run_dir))
+  claims.write_reports([claim], {'fedadc': points}, out_dir=out, seeds=2,
+                       command='c')
+  assert sorted(reads) == sorted(p.output_dir for p in points)
+  table = open(os.path.join(out, 'fedadc', 'table.md')).read()
+  assert '| FedAvg | 60.10 [1/2 seeds] |' in table
+  assert '(2/5 runs finished;' in open(os.path.join(out, 'claims.md')).read()
+
+
 @pytest.mark.parametrize('finals, picked', [
     ({'0.1': 60.0, '0.01': 65.0, '1.0': 50.0}, '0.01'),
     ({'0.1': 65.0, '0.01': 65.0, '1.0': 50.0}, '0.1'),  # Ties: the first.
@@ -875,7 +901,7 @@ def test_a_rounds_to_tuning_stops_each_candidate_at_its_target(
           '0.1: 5.0, 0.01: 4.0, 1.0: not reached; picked **0.01**.') in table
   points = claims.points_of(claims.CLAIMS['fedadc'], seeds=2, out_dir=out,
                             data_dir=None)
-  values = claims.values_of(claims.CLAIMS['fedadc'], points)
+  values = claims.values_of(claims.read_logs(points))
   # A stopped candidate has its rounds to 90% and no final accuracy; the
   # one that never reached it ran every round and has both.
   assert values[('FedProx mu=0.01', 'S', 'rounds to 90%')] == {100: 4.0}
@@ -931,7 +957,8 @@ def test_curves_of_a_claim_with_no_rows_write_nothing_and_warn_nothing(
                             data_dir=None)
   path = str(tmp_path / 'curves.png')
   with caplog.at_level(logging.WARNING):
-    assert not claims.plot_curves(claims.CLAIMS['fedcurv'], points, path)
+    assert not claims.plot_curves(claims.CLAIMS['fedcurv'],
+                                  claims.read_logs(points), path)
   assert not os.path.exists(path)
   assert not caplog.records
 
@@ -953,14 +980,15 @@ def test_curves_average_finished_seeds_and_draw_an_unfinished_one_apart(
       f.write('round,eval_accuracy\n')
       f.writelines(f'{r},{(p.seed + 1) * r / 1000}\n'
                    for r in range(1, last + 1))
-  finished, unfinished = claims.seed_curves(points, 'eval_accuracy')
+  logs = claims.read_logs(points)
+  finished, unfinished = claims.seed_curves(logs, 'eval_accuracy')
   assert [sorted(c) for c in finished] == [list(range(1, 61))] * 2
   assert finished[1][60] == pytest.approx(0.12)
   assert [(p.seed, sorted(c)) for p, c in unfinished] == [
       (2, list(range(1, 23)))]
   # A run with no logged value of the metric is in neither list.
-  assert claims.seed_curves(points, 'train_loss') == ([], [])
+  assert claims.seed_curves(logs, 'train_loss') == ([], [])
   path = str(tmp_path / 'curves.png')
-  assert claims.plot_curves(claim, points, path)
+  assert claims.plot_curves(claim, logs, path)
   with open(path, 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
