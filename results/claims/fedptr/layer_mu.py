@@ -27,7 +27,8 @@ Usage (from the repository root):
     .venv/bin/python results/claims/fedptr/layer_mu.py RUN_DIR [RUN_DIR ...]
 
 It writes Markdown to stdout; `layer_mu.md` beside it is its output on the
-layer-adaptive runs' checkpoints kept on the machine that ran them.
+claim's runs, with what it shows (its header says which checkpoints it read
+and how to get them back from this repository's history).
 """
 
 import glob
