@@ -110,3 +110,18 @@ def test_a_checkpoint_whose_round_does_not_match_is_refused(layer_mu,
   with pytest.raises(ValueError, match='matching_rounds 2, expected 5 after '
                      'round 6'):
     layer_mu.layer_table(run)
+
+
+def test_an_interrupted_save_is_not_read(layer_mu, tmp_path):
+  # A kill during a save leaves program_state_<N>_temp<K>/ (see
+  # tff_opt.program.checkpoints); the table has the complete checkpoints'
+  # rounds only.
+  run = str(tmp_path / 'run')
+  _write_run(run, mu=0.1, layer_adaptive=True)
+  temp = os.path.join(run, 'checkpoints', 'program_state_8_temp1')
+  os.makedirs(temp)
+  with open(os.path.join(temp, 'state.npz'), 'wb') as f:
+    f.write(b'half')
+  table = layer_mu.layer_table(run)
+  assert len(_rows(table)) == 7
+  assert '| 8 |' not in table

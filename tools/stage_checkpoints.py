@@ -99,8 +99,11 @@ def find_runs(repo: str, root: str) -> list[str]:
   return sorted(runs)
 
 
-def _saved_rounds(run_path: str) -> list[int]:
-  """Rounds whose checkpoint on disk is complete (has its state file)."""
+def saved_rounds(run_path: str) -> list[int]:
+  """Rounds whose checkpoint on disk is complete (has its state file).
+
+  A save interrupted by a kill (`program_state_<N>_temp<K>/`) is not one.
+  """
   folder = os.path.join(run_path, _CHECKPOINT_DIR)
   rounds = []
   for name in os.listdir(folder):
@@ -111,7 +114,8 @@ def _saved_rounds(run_path: str) -> list[int]:
   return sorted(rounds)
 
 
-def _state_file(run_dir: str, round_num: int) -> str:
+def state_file(run_dir: str, round_num: int) -> str:
+  """The state file of `run_dir`'s checkpoint after `round_num`."""
   return os.path.join(run_dir, _CHECKPOINT_DIR, f'program_state_{round_num}',
                       STATE_FILE)
 
@@ -128,12 +132,12 @@ def plan_run(repo: str, run_dir: str, max_bytes: float) -> Plan:
   if analysis.is_finished(run_path, rounds):
     return Plan(run_dir, None, committed, 'finished')
   logged = analysis.logged_through(analysis.read_metrics_if_any(run_path))
-  usable = [r for r in _saved_rounds(run_path) if r <= logged]
+  usable = [r for r in saved_rounds(run_path) if r <= logged]
   if not usable:
     return Plan(run_dir, None, (), f'no checkpoint at or before round '
                 f'{logged}, the last logged without a gap')
   newest = usable[-1]
-  state = _state_file(run_dir, newest)
+  state = state_file(run_dir, newest)
   size = os.path.getsize(os.path.join(repo, state))
   if size > max_bytes:
     return Plan(run_dir, None, (), f'checkpoint {newest} is {size / 1e6:.3g} '

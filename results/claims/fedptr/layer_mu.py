@@ -31,7 +31,6 @@ claim's runs, with what it shows (its header says which checkpoints it read
 and how to get them back from this repository's history).
 """
 
-import glob
 import json
 import os
 import sys
@@ -125,15 +124,14 @@ def layer_table(run_dir):
       `mtt_convnet`.
   """
   from tff_opt.algorithms import fed_ptr  # pylint: disable=g-import-not-at-top
+  from tools import stage_checkpoints  # pylint: disable=g-import-not-at-top
   with open(os.path.join(run_dir, 'hparams.json'), encoding='utf-8') as f:
     hp = json.load(f)
   if hp.get('algorithm') != 'fedptr_s':
     raise ValueError(f'{run_dir}: algorithm {hp.get("algorithm")!r}, '
                      'expected fedptr_s.')
-  paths = sorted(glob.glob(os.path.join(run_dir, 'checkpoints',
-                                        'program_state_*', 'state.npz')),
-                 key=lambda p: int(p.split(os.sep)[-2].rsplit('_', 1)[1]))
-  if not paths:
+  rounds = stage_checkpoints.saved_rounds(run_dir)
+  if not rounds:
     raise ValueError(f'{run_dir}: no checkpoints/program_state_*/state.npz.')
   mu, lr = float(hp['mu']), float(hp['client_lr'])
   adaptive = bool(hp['layer_adaptive'])
@@ -146,8 +144,8 @@ def layer_table(run_dir):
            '| round | layer | d_l | mu_l | mu_l / mu | at the cap |',
            '|---|---|---|---|---|---|']
   model = None
-  for path in paths:
-    t = int(path.split(os.sep)[-2].rsplit('_', 1)[1])
+  for t in rounds:
+    path = stage_checkpoints.state_file(run_dir, t)
     previous, projected, matching, image_shape, classes = read_round(path)
     if model is None:
       model = _model(image_shape, classes)
