@@ -125,3 +125,16 @@ def test_an_interrupted_save_is_not_read(layer_mu, tmp_path):
   table = layer_mu.layer_table(run)
   assert len(_rows(table)) == 7
   assert '| 8 |' not in table
+
+
+def test_a_run_without_checkpoints_is_refused(layer_mu, tmp_path):
+  # A finished run cloned from the repository has no checkpoints/ folder.
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / 'hparams.json').write_text(json.dumps(
+      {'algorithm': 'fedptr_s', 'mu': 0.1, 'client_lr': 0.01,
+       'layer_adaptive': True}))
+  with pytest.raises(ValueError) as raised:
+    layer_mu.layer_table(str(run))
+  assert str(raised.value) == (
+      f'{run}: no checkpoints/program_state_*/state.npz.')

@@ -102,9 +102,13 @@ def find_runs(repo: str, root: str) -> list[str]:
 def saved_rounds(run_path: str) -> list[int]:
   """Rounds whose checkpoint on disk is complete (has its state file).
 
-  A save interrupted by a kill (`program_state_<N>_temp<K>/`) is not one.
+  A save interrupted by a kill (`program_state_<N>_temp<K>/`) is not one,
+  and a run with no `checkpoints/` folder (one cloned from this repository
+  after it finished: git keeps no empty folder) has none.
   """
   folder = os.path.join(run_path, _CHECKPOINT_DIR)
+  if not os.path.isdir(folder):
+    return []
   rounds = []
   for name in os.listdir(folder):
     match = _VERSION.match(name)
