@@ -221,6 +221,7 @@ class Target:
     return rounds_to_target(rows, self.metric, self.value)
 
   def describe(self) -> str:
+    """The target as a person reads it, e.g. `eval_accuracy >= 0.9`."""
     sign = '<=' if lower_is_better(self.metric) else '>='
     return f'{self.metric} {sign} {self.value:g}'
 

@@ -52,6 +52,7 @@ class Algorithm:
 
   @property
   def summary(self) -> str:
+    """One line on what it is, from its spec (`--help` and the docs)."""
     return self.spec.summary
 
   @property
@@ -72,10 +73,12 @@ class Algorithm:
 
   @property
   def server_rule(self) -> str:
+    """Who makes its server step, one of `SERVER_RULES`."""
     return self.spec.server_rule
 
   @property
   def task_facts(self) -> tuple[str, ...]:
+    """What `build` takes of the task beside its model (`hparams.TASK_FACTS`)."""
     return self.spec.task_facts
 
 

@@ -158,6 +158,7 @@ class MetricsLog:
 
   @property
   def rows(self) -> list[dict[str, Any]]:
+    """A copy of the rows so far, one dict per round, oldest first."""
     return list(self._rows)
 
   def drop_rounds_after(self, round_num: int) -> int:
@@ -170,6 +171,7 @@ class MetricsLog:
     return dropped
 
   def append(self, row: Mapping[str, Any]) -> None:
+    """Adds one round's row to `metrics.csv` and its numbers to TensorBoard."""
     self._rows.append(dict(row))
     self._write_csv()
     with self._writer.as_default(step=int(row['round'])):
