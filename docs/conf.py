@@ -39,3 +39,5 @@ html_title = 'tff-opt'
 # Offline: MathJax is not fetched from a CDN at build time; the pages load it
 # when read online and show the TeX source otherwise.
 autodoc_inherit_docstrings = False
+# Flags are written --name; smart quotes would turn -- into a dash.
+smartquotes = False

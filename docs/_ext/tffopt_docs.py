@@ -10,6 +10,7 @@
 - `csv-table-file PATH`: a CSV file of the repository as a table, its
   columns read from its header, whatever they are.
 - `api-modules PACKAGE`: an `automodule` per module of a package.
+- `test-files`: the test files listed, each with its docstring's summary.
 
 And a check run when the build starts: every public (not underscored)
 module, function, class and method of `tff_opt` has a docstring (a method
@@ -109,7 +110,8 @@ class AlgorithmSpec(SphinxDirective):
     algorithm = registry.ALGORITHMS[self.arguments[0]]
     spec = algorithm.spec
     out = [_paragraph(
-        f'--algorithm={algorithm.name}: {spec.summary} Client weighting: '
+        f'--algorithm={algorithm.name}: {spec.summary.rstrip(".")}. '
+        'Client weighting: '
         f'{algorithm.client_weighting}; server step: {spec.server_rule}' +
         (f'; task facts it takes: {", ".join(spec.task_facts)}'
          if spec.task_facts else '') + '.')]
@@ -162,6 +164,29 @@ class CsvTableFile(SphinxDirective):
     return [_table([header[i] for i in keep],
                    [[row[i] if i < len(row) else '' for i in keep]
                     for row in rows])]
+
+
+class TestFiles(SphinxDirective):
+  """Each test file named in the content, with its docstring's first part."""
+
+  has_content = True
+
+  def run(self):
+    _note_generated(self)
+    listing = nodes.bullet_list()
+    for rel in (line.strip() for line in self.content if line.strip()):
+      path = os.path.join(ROOT, rel)
+      self.env.note_dependency(path)
+      with open(path, encoding='utf-8') as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ''
+      first = ' '.join(doc.split('\n\n')[0].split())
+      item = nodes.list_item()
+      para = nodes.paragraph()
+      para += nodes.literal(text=rel)
+      para += nodes.Text(f': {first}')
+      item += para
+      listing += item
+    return [listing]
 
 
 def _submodules(package):
@@ -431,6 +456,7 @@ def setup(app):
   app.add_directive('module-text', ModuleText)
   app.add_directive('csv-table-file', CsvTableFile)
   app.add_directive('api-modules', ApiModules)
+  app.add_directive('test-files', TestFiles)
   app.connect('builder-inited', _check_docstrings)
   app.connect('env-get-outdated', _outdated)
   # Before napoleon (priority 500) turns the Google sections into fields.
