@@ -429,7 +429,7 @@ def grappler_config() -> tf.compat.v1.ConfigProto:
   each: scheduling gave 3 different results from one graph, recomputation
   differing graphs with the same result, swapping and MANUAL one graph
   and one result in all 3, the same result as recomputation's
-  (`results/perf/grappler_memopt_probe.py`).
+  (`python -m benchmarks.grappler_memopt`; docs/performance.md).
 
   So this is TFF's configuration with memory optimisation at
   RECOMPUTATION_HEURISTICS: the memory the recomputation heuristic saves
