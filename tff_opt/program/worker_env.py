@@ -58,7 +58,7 @@ INTRA_OP_THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
 INTER_OP_THREADS_ENV = 'TF_NUM_INTEROP_THREADS'
 
 
-# glibc malloc settings of every TFF worker this package starts (issue 31;
+# glibc malloc settings of every TFF worker this package starts (the
 # measurements in results/perf/worker_memory.md). Each of the worker's
 # threads (TFF's pool of 4 per core, TensorFlow's inter- and intra-op
 # pools, tf.data's) gets its own malloc arena, up to 8 per core; each arena
