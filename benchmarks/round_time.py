@@ -106,7 +106,8 @@ benchmarks.round_time ...` measures TensorFlow's Eigen kernels instead.
 LSTMs: TFF builds the model in graph mode, where Keras' `LSTM` runs its
 generic RNN loop over `LSTMCell`; the floor builds it eagerly, where
 Keras runs its `standard_lstm` function (the one a GPU would swap for
-cuDNN). `benchmarks/lstm_options.py` times the two and the other options.
+cuDNN). No other Keras option is faster with equal weights
+(docs/performance.md, closed investigations).
 """
 
 import argparse

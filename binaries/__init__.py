@@ -20,7 +20,7 @@ s later instead of stopping cleanly).
 Python's cyclic garbage collector is paused while TensorFlow is imported,
 and what the import made is then frozen (`gc.freeze`): TensorFlow and TFF
 leave about 600,000 long-lived objects (modules, classes, functions), and
-each full collection re-scanned all of them, 0.1 to 0.25 s each time, eight
+each full collection would re-scan all of them, 0.1 to 0.25 s each time, eight
 times (1.1 s) before the first round of an EMNIST-CR run. A binary calls
 `freeze_imports()` once its own imports are done, for those that came
 after TensorFlow (TFF, tff-opt). Frozen objects are never collected;

@@ -224,7 +224,7 @@ STOP_SECONDS = 30.0
 # How many times a run killed by SIGKILL is launched again (it resumes from
 # its last checkpoint): a FedCurv run whose worker held ~15 GB was killed so
 # on a 23 GB machine when tests ran beside it, and its queue went on without
-# it (issue 30).
+# it.
 KILLED_RETRIES = 2
 
 

@@ -180,7 +180,7 @@ flags.DEFINE_integer('intra_op_threads', None, 'TensorFlow intra-op threads '
                      'of the local TFF worker (TF_NUM_INTRAOP_THREADS): with '
                      '--max_concurrent_clients=N on C cores, C/N. Default: '
                      'TensorFlow\'s (one per core).', lower_bound=1)
-# --client_vectorization (issue 29): how the clients run, not what they
+# --client_vectorization: how the clients run, not what they
 # compute (RESUMABLE_CHANGES; `_vectorized_process`).
 flags.DEFINE_integer('client_vectorization', 0, 'Train the round\'s clients '
                      'in groups of at most K as one TensorFlow computation '

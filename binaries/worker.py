@@ -292,7 +292,7 @@ def serve() -> int:
 
   import grpc  # pylint: disable=g-import-not-at-top
 
-  env = {**worker_env.MALLOC_ENV, **os.environ}  # Flat memory (issue 31).
+  env = {**worker_env.MALLOC_ENV, **os.environ}  # Flat memory (worker_env.MALLOC_ENV).
   env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   env.update(worker_env.worker_environment(
       intra_op_threads=FLAGS.intra_op_threads, onednn=FLAGS.onednn))

@@ -40,7 +40,7 @@ Design choices:
   comparison; `benchmarks/vectorized_round.py --unroll`).
   All products are `tf.matmul` on stacked operands (BatchMatMulV2):
   `tf.einsum` was 2x slower and `tf.vectorized_map` over the scan cannot
-  take its gradient (TensorList variants), per the issue's measurements.
+  take its gradient (TensorList variants).
 - Rows of a batch that are padding (a client's last, smaller batch, or a
   client without a batch at this step) are marked by `example_mask` [K, B]:
   they are computed (all-pad rows carry zero states) and weighted 0, so a

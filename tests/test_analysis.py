@@ -74,7 +74,7 @@ def test_ties_go_to_smaller_client_lr_then_server_lr_then_larger_tau():
 
 
 def test_rejected_round_in_window_scores_infinity_even_with_a_zero_loss():
-  """Older runs logged rejected rounds with train_loss 0.0 (issue 16.1)."""
+  """A run may log a rejected round with train_loss 0.0: it still scores inf."""
   rows = [{'round': r, 'train_loss': 0.5, 'update_non_finite': 0.0}
           for r in range(1, 151)]
   assert analysis.selection_score(rows) == pytest.approx(0.5)

@@ -1,4 +1,4 @@
-"""The binary runs the papers' other baselines (issue 27) on digits.
+"""The binary runs the papers' other baselines on digits.
 
 Two rounds of each of FedNTD, FedRS, FedGKD, MOON and FedDC through
 `binaries.train`, against FedAvg's run on the same flags (same clients,

@@ -7,15 +7,6 @@ from benchmarks import common
 from tests import tiny
 
 
-def test_rounds_to_target_is_first_round_reaching_it():
-  assert common.rounds_to_target([0.1, 0.5, 0.9, 0.95], 0.9) == 3
-  assert common.rounds_to_target([0.1, 0.5], 0.9) is None
-  assert common.rounds_to_target([], 0.5) is None
-  # An accuracy of exactly 90 % computed in float32 reaches 0.9.
-  assert common.rounds_to_target([0.85, np.float32(0.9)], 0.9) == 2
-  assert common.rounds_to_target([0.85, float(np.float32(0.9))], 0.9) == 2
-
-
 def test_table_formats_numbers_strings_and_missing():
   table = common.Table([('name', 6, ''), ('acc', 7, '.3f'), ('n', 4, '')])
   assert table.format_header() == 'name       acc    n'

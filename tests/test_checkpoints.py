@@ -75,7 +75,7 @@ def test_retention_and_versions_are_tffs(tmp_path):
 
 
 def test_checkpoints_written_by_tffs_manager_still_load(tmp_path):
-  """Runs checkpointed before this format resume."""
+  """Runs checkpointed in TFF's SavedModel format resume."""
   _run(tff.program.FileProgramStateManager(str(tmp_path)).save(
       {'process_state': [np.full((2, 2), 3.0, np.float32), np.int32(9)]}, 2))
   assert 'saved_model.pb' in os.listdir(tmp_path / 'program_state_2')

@@ -1,4 +1,4 @@
-"""`cifar10` read through the real TFDS code path, offline (GitHub issue 3).
+"""`cifar10` read through the real TFDS code path, offline.
 
 TFDS writes a genuine prepared `cifar10` (`<data_dir>/cifar10/3.0.2/`) from a
 few random images (`tests/fake_tfds.py`);

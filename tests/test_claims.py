@@ -9,12 +9,10 @@ flags and the tasks' options without reading data.
 
 import csv
 import dataclasses
-import fnmatch
 import importlib.util
 import logging
 import math
 import os
-import re
 
 import pytest
 
@@ -925,28 +923,6 @@ def test_threads_per_run_reaches_every_runs_environment(args, threads,
   assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1',
                 '--runs=fedadc__fedavg__*', *args], launcher=launcher) == 0
   assert set(seen) == {threads}
-
-
-def test_continue_sh_shares_runs_that_exist():
-  # results/claims/continue.sh splits claims between its two chains by
-  # `--runs` patterns: each must match runs of its claim, or its chain
-  # would skip them with an error and leave them to the other core.
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  with open(os.path.join(root, 'results', 'claims', 'continue.sh')) as f:
-    script = f.read()
-  shares = re.findall(r"--claims=(\w+) --runs='([^']+)'", script)
-  assert {name for name, _ in shares} == {'fedopt', 'fedptr'}
-  for name, patterns in shares:
-    claim = claims.CLAIMS[name]
-    points = claims.points_of(claim, seeds=claim.seeds, out_dir='/nonexistent',
-                              data_dir=None)
-    runs = [claims.run_name(name, p) for p in points]
-    for pattern in patterns.split(','):
-      assert any(fnmatch.fnmatchcase(r, pattern) for r in runs), pattern
-  # Every claim is in some chain, on its registered seeds.
-  assert set(re.findall(r'--claims=(\w+)', script)) == set(claims.CLAIMS) - {
-      'fedadc'}
-  assert '--seeds' not in script
 
 
 def test_curves_of_a_claim_with_no_rows_write_nothing_and_warn_nothing(

@@ -69,7 +69,7 @@ _POSITIVE = 'expected a positive integer.'
 ])
 def test_bad_flag_is_one_line_naming_the_flag_and_what_it_takes(argv,
                                                                 message):
-  """Issue 31.3: not absl's `FATAL Flags parsing error` (exit 1)."""
+  """One line and exit 2, not absl's `FATAL Flags parsing error` (exit 1)."""
   import tasks  # pylint: disable=g-import-not-at-top
   from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
   train.FLAGS.unparse_flags()
@@ -129,7 +129,7 @@ def test_bad_flag_exits_2_in_one_line_and_creates_nothing(tmp_path):
 ])
 def test_flags_the_algorithm_does_not_read_are_noted_and_recorded(
     argv, ignored, note):
-  """Issue 31.4: recorded as `ignored_flags`, never compared on resume."""
+  """Recorded as `ignored_flags`, never compared on resume."""
   train.FLAGS.unparse_flags()
   try:
     train.parse_flags(['train', '--task=digits', *argv])
@@ -246,7 +246,7 @@ def test_sqlite_damaged_past_its_schema_is_one_line_at_start(tmp_path):
 
 def test_sqlite_damaged_during_the_run_is_one_line_and_keeps_results(
     tmp_path, capfd, monkeypatch):
-  """Issue 16.5: damage found mid-run (TF reads the rows in the worker)."""
+  """Damage found mid-run (TF reads the rows in the worker)."""
   from tff_opt.program import training_loop  # pylint: disable=g-import-not-at-top
   data_dir = str(tmp_path / 'data')
   path = _shakespeare_file(data_dir)

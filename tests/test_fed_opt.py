@@ -162,7 +162,7 @@ def test_rejects_non_tff_optimizer():
 
 @pytest.mark.filterwarnings('ignore:Batch Normalization contains non-trainable')
 def test_fed_avg_on_digits_cnn_bn_moves_the_global_bn_statistics():
-  """TFF's finalizer left them at their initial 0 and 1 (issue 30)."""
+  """TFF's own finalizer would leave them at their initial 0 and 1."""
   import tasks  # pylint: disable=g-import-not-at-top
   task = tasks.create_task(
       'digits', train_client_spec=tff.simulation.baselines.ClientSpec(

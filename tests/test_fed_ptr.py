@@ -217,7 +217,7 @@ def test_layer_adaptive_mu_per_keras_layer_matches_numpy():
   assert value == pytest.approx(expected_value, rel=1e-5)
   for got, want in zip(grads, expected_grads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-  # The old grouping, one "layer" per variable, is not the paper's.
+  # A grouping of one "layer" per variable is not the paper's.
   old_value, _ = penalty((0, 1, 2, 3))
   assert abs(old_value - expected_value) > 1e-2 * expected_value
 

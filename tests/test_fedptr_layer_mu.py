@@ -1,6 +1,5 @@
-"""results/claims/fedptr/layer_mu.py: d_l and mu_l read from checkpoints."""
+"""tools/fedptr_layer_mu.py: d_l and mu_l read from checkpoints."""
 
-import importlib.util
 import json
 import os
 
@@ -8,22 +7,12 @@ import numpy as np
 import pytest
 
 from tasks import models
-
-pytestmark = pytest.mark.skipif(
-    'TEST_SRCDIR' in os.environ,
-    reason='results/ is in .bazelignore, so Bazel\'s runfiles lack the '
-    'script; make test (pytest on the checkout) runs it')
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tools import fedptr_layer_mu
 
 
 @pytest.fixture(scope='module')
 def layer_mu():
-  path = os.path.join(_ROOT, 'results', 'claims', 'fedptr', 'layer_mu.py')
-  spec = importlib.util.spec_from_file_location('layer_mu', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return fedptr_layer_mu
 
 
 _SHAPES = [tuple(v.shape) for v in models.create_mtt_convnet(
@@ -138,3 +127,13 @@ def test_a_run_without_checkpoints_is_refused(layer_mu, tmp_path):
     layer_mu.layer_table(str(run))
   assert str(raised.value) == (
       f'{run}: no checkpoints/program_state_*/state.npz.')
+
+
+def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
+  missing = str(tmp_path / 'none')
+  with pytest.raises(SystemExit) as raised:
+    fedptr_layer_mu.main(['fedptr_layer_mu', missing])
+  assert raised.value.code == 2
+  assert capsys.readouterr() == (
+      '', f"fedptr_layer_mu: [Errno 2] No such file or directory: "
+      f"'{missing}/hparams.json'\n")

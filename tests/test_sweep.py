@@ -207,7 +207,7 @@ def test_resumed_sweep_launches_only_unfinished_points(tmp_path):
 ])
 def test_sweep_dir_of_another_sweep_is_refused(tmp_path, capsys, change,
                                                what):
-  """Issue 16.2: a point's identity is all of its settings."""
+  """A point's identity is all of its settings."""
   sweep_dir = str(tmp_path)
   grid = ['--task=digits', '--client_lrs=0.1', '--server_lrs=1',
           '--taus=0.001', '--rounds=20', f'--sweep_dir={sweep_dir}']
@@ -281,7 +281,7 @@ def test_a_run_another_process_is_writing_is_left_to_it(tmp_path):
 
 def test_a_run_ending_well_with_unlogged_rounds_fails_and_names_them(
     tmp_path):
-  """Exit 0 is not enough: the claims' FedAdagrad run ended so (issue 30)."""
+  """Exit 0 is not enough: a run can exit 0 with rounds missing."""
   out = str(tmp_path / 'run')
   lines = []
 
@@ -431,7 +431,7 @@ def test_sweep_dir_is_required(capsys):
 
 
 def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
-  # Issue 16.4: Ctrl-C used to print a KeyboardInterrupt traceback.
+  # One line, no KeyboardInterrupt traceback.
   def interrupted(argv, log_path):
     raise KeyboardInterrupt
 

@@ -278,7 +278,7 @@ def _files(output_dir):
 
 
 def test_fewer_rounds_on_a_finished_run_changes_no_file(straight_run, capfd):
-  """Issue 31.2: hparams.json kept its 'rounds' when the run was refused."""
+  """A refused run leaves hparams.json, 'rounds' included, as it was."""
   before = _files(straight_run)
   assert _run(*FAST, '--rounds=2', f'--output_dir={straight_run}') == 2
   assert capfd.readouterr().err.splitlines()[-1] == (
@@ -311,7 +311,7 @@ def test_metrics_gap_with_no_checkpoint_to_fill_it_is_one_line_error(
 
 def test_ignored_flags_are_noted_recorded_and_resume_older_runs(
     straight_run, tmp_path, capfd):
-  """Issue 31.4: flags of other algorithms are named, never silently lost.
+  """Flags of other algorithms are named, never silently lost.
 
   A run made without `ignored_flags` (as every earlier one) resumes with
   some, and the record is the latest invocation's.

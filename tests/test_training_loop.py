@@ -133,7 +133,7 @@ def test_bad_counts_are_rejected(process):
 
 def test_rejected_round_logs_nan_training_metrics_and_says_so(process,
                                                                tmp_path):
-  """A diverged round must not read as a perfect 0 loss (issue 16.1)."""
+  """A diverged round must not read as a perfect 0 loss."""
   poisoned = {'client_0', 'client_1', 'client_2', 'client_3', 'client_4',
               'client_5'}
 
@@ -178,7 +178,7 @@ def test_fewer_rounds_than_the_checkpoint_is_refused_and_changes_nothing(
 
 def test_truncated_latest_checkpoint_falls_back_and_is_kept(process,
                                                             tmp_path):
-  """Issue 16.4: resume from the newest intact checkpoint, delete nothing."""
+  """Resume from the newest intact checkpoint, delete nothing."""
   out = str(tmp_path)
   _train(process, out, rounds=4, checkpoint_every=2)
   ckpt = os.path.join(out, training_loop.CHECKPOINT_DIR)
@@ -209,7 +209,7 @@ def test_truncated_latest_checkpoint_falls_back_and_is_kept(process,
 
 
 def test_all_checkpoints_unreadable_is_refused_every_time(process, tmp_path):
-  """Issue 31.1: the second start must not restart over the metrics."""
+  """The second start must not restart over the metrics either."""
   out = str(tmp_path)
   _train(process, out, rounds=4, checkpoint_every=2)
   ckpt = os.path.join(out, training_loop.CHECKPOINT_DIR)

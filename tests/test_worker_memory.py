@@ -1,4 +1,4 @@
-"""The local worker's malloc bound (issue 31): it reaches `worker_binary`.
+"""The local worker's malloc bound: it reaches `worker_binary`.
 
 Without `MALLOC_ARENA_MAX` the worker's RSS rose round after round (glibc
 arenas, one per thread, each keeping its freed, fragmented memory):

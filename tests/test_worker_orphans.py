@@ -1,4 +1,4 @@
-"""A trainer killed by SIGKILL leaves no `worker_binary` behind (issue 16.3);
+"""A trainer killed by SIGKILL leaves no `worker_binary` behind;
 `runtime.wait_for_worker` fails fast on a closed port and names the reason.
 """
 
@@ -83,7 +83,7 @@ def test_watchdog_exits_when_its_worker_stops_first():
 
 
 def test_closed_port_fails_fast_instead_of_waiting_the_timeout(monkeypatch):
-  """Issue 16.7: a refused connection is not retried for the full timeout."""
+  """A refused connection is not retried for the full timeout."""
   import socket  # pylint: disable=g-import-not-at-top
   from tff_opt.program import runtime  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(runtime, 'REFUSED_GRACE', 1.0)

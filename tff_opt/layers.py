@@ -3,8 +3,8 @@
 Keras' `Dropout` draws its masks from a random op without a seed. TFF traces
 a client's local training into a graph that nothing seeds, so two runs of
 the same command draw different masks, and a run resumed from a checkpoint
-does not compute the rounds an uninterrupted run would have (measured before
-this layer: two identical 2-round MNIST-5k `fedcurv_cnn` runs ended round 1
+does not compute the rounds an uninterrupted run would have (with Keras'
+dropout, two identical 2-round MNIST-5k `fedcurv_cnn` runs ended round 1
 at train_loss 1.7970 and 1.7768).
 
 `StatelessDropout` is Keras' dropout (each unit kept with probability

@@ -52,10 +52,9 @@ Choices written down (and tested):
   `client_epochs=1` (the builder's default) every example of the dataset
   counts, whatever it holds. A dataset that repeats BEFORE shuffling (a
   buffer spanning epochs) may show some example twice in its first
-  n_E / E: an unbiased one-epoch estimate, not the exact mean. Before this
-  choice the Fisher ran over all E epochs: a round of FedCurv's claim
-  setting (E = 5) took 12.7 s against 5.7 s now, FedOpt's 4.0 s
-  (`results/perf/fedcurv_fisher_epochs_probe.py`).
+  n_E / E: an unbiased one-epoch estimate, not the exact mean. At the
+  claim's setting (E = 5) a round takes 5.7 s thus, 12.7 s with the Fisher
+  over all E epochs (FedOpt's 4.0 s; `benchmarks.fedcurv_fisher_epochs`).
 - How the Fisher is computed (the same numbers either way):
   * Fast path, when `fisher.is_supported(model)`: the model is TFF's
     `from_keras_model` wrapper itself (its Keras model and its single
@@ -75,8 +74,8 @@ Choices written down (and tested):
     LSTMs, branches, custom layers or losses, regularizers, a
     `VariableModel` not made by `from_keras_model`): one gradient pass per
     example, `model.forward_pass` on batches of one.
-  Its speed against the loop, and the forms tried before it:
-  `results/perf/fisher_pass.md` (`python -m benchmarks.fisher_pass`).
+  The fast path takes 0.20-0.23 CPU-s for 200 EMNIST-CR examples where
+  the loop takes 0.56 (`python -m benchmarks.fisher_pass`).
 - A round rejected by the finalizer (non-finite) leaves u, v unchanged.
 - Communication: three model-sized vectors each way.
 """

@@ -126,7 +126,7 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   per class, N = 5, alpha_syn from 0.05) image_lr = 100 took the matching
   loss from 1.15 to 0.62 in 30 outer steps; image_lr = 1 (alpha_syn from
   0.01) left it at 1.00. (Both measured with plain gradient descent,
-  before `mtt_momentum`; momentum 0.5 makes the steady-state step up to
+  `mtt_momentum` = 0; momentum 0.5 makes the steady-state step up to
   twice as long.)
 - w_{t-1} is the model this process broadcast in the round before (after a
   rejected round, w_{t-1} = w_t and the matching loss's denominator is

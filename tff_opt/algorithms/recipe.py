@@ -57,7 +57,7 @@ in `local_non_trainables` (FedBN: its BN statistics). Choices:
   only the update); they count in `bytes_client_to_server`. Integer ones
   are averaged and rounded; bool ones are not sent and keep their value.
 - A model without (shared) non-trainable variables -- every model of this
-  package but the BN ones -- is assembled exactly as before: nothing is
+  package but the BN ones -- is assembled unchanged: nothing is
   added.
 """
 

@@ -25,7 +25,7 @@ save leaves only a `_temp` directory, never a half-written checkpoint.
 
 Checkpoints written by TFF's manager (a `saved_model.pb` and no
 `state.npz`, as earlier versions of this package saved them) are still read,
-with TFF's reader, so an interrupted run started before this format resumes.
+with TFF's reader, so a run checkpointed in TFF's format resumes.
 
 Leaves are arrays or scalars (NumPy or Python numbers, bools, strings,
 bytes); a leaf NumPy can only pickle (an object array, a

@@ -3,7 +3,7 @@
 A run's `hparams.json`, `metrics.csv` and `final_eval.json`, the sweeps',
 reproductions' and claims' tables and plots: each may be read while it is
 rewritten (a report, a second claims process, a user's notebook) and its
-writer may die mid-write (SIGTERM at a session's end, a crash). Each is
+writer may die mid-write (SIGTERM from a scheduler, a crash). Each is
 therefore written to a temporary file beside it and renamed over it with
 `os.replace`, atomic on POSIX within one file system: a reader sees the
 old file or the new one, never half of one, and a writer that raises

@@ -32,7 +32,7 @@ The local context's worker starts when the context is made, not on the
 first computation as in TFF, and is waited for differently. TFF makes its
 gRPC channel as it spawns the worker; the channel's first connect comes
 before the worker listens and fails, and gRPC tries again only after its
-reconnect back-off, 1 s, so each start took 1 to 2 s although the worker
+reconnect back-off, 1 s, so each start takes 1 to 2 s although the worker
 accepts connections ~60 ms after it is spawned. Here `subprocess.Popen`
 returns at once, and the first computation probes the worker's port every
 `WORKER_POLL_SECONDS` (50 ms) before it makes the channel; a worker that
@@ -429,7 +429,7 @@ def grappler_config() -> tf.compat.v1.ConfigProto:
   each: scheduling gave 3 different results from one graph, recomputation
   differing graphs with the same result, swapping and MANUAL one graph
   and one result in all 3, the same result as recomputation's
-  (`results/perf/grappler_memopt_probe.py`).
+  (`python -m benchmarks.grappler_memopt`; docs/performance.md).
 
   So this is TFF's configuration with memory optimisation at
   RECOMPUTATION_HEURISTICS: the memory the recomputation heuristic saves

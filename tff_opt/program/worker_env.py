@@ -6,10 +6,10 @@ environment variables, read once, when the worker starts:
 
 - `TF_ENABLE_ONEDNN_OPTS=1`: TensorFlow's oneDNN kernels for convolutions
   and matrix products. TensorFlow 2.14 turns them on by itself only on CPUs
-  with AVX-512 VNNI/BF16/AMX: on the machine where this was measured (AVX,
-  no AVX2) they were off by default, yet they cut the worker's CPU seconds
-  per EMNIST-CR round by about a quarter (`benchmarks/round_time.py`,
-  README); later machines had AVX-512 VNNI, where they are on anyway.
+  with AVX-512 VNNI/BF16/AMX: on an AVX CPU without AVX2 they are off by
+  default, yet they cut the worker's CPU seconds per EMNIST-CR round by
+  about a quarter (`benchmarks/round_time.py`, docs/performance.md); with
+  AVX-512 VNNI they are on anyway.
   Setting the variable makes a run compute the same way on either.
   oneDNN sums in another order than Eigen, so results differ from the
   Eigen kernels' in the last bits (float32 round-off), not more; a run is
@@ -58,7 +58,7 @@ INTRA_OP_THREADS_ENV = 'TF_NUM_INTRAOP_THREADS'
 INTER_OP_THREADS_ENV = 'TF_NUM_INTEROP_THREADS'
 
 
-# glibc malloc settings of every TFF worker this package starts (issue 31;
+# glibc malloc settings of every TFF worker this package starts (the
 # measurements in results/perf/worker_memory.md). Each of the worker's
 # threads (TFF's pool of 4 per core, TensorFlow's inter- and intra-op
 # pools, tf.data's) gets its own malloc arena, up to 8 per core; each arena

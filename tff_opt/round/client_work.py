@@ -65,7 +65,7 @@ Penalty = Union[Callable[..., tf.Tensor], ground.PrecomputedHook]
 PREPARE_KEY = 'prepare'
 
 # Re-exported from ground.py for notebooks/write_your_own_algorithm.ipynb
-# (which this change does not edit).
+# (which imports it from here).
 model_weights_of = ground.model_weights_of
 
 

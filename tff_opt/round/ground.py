@@ -108,7 +108,7 @@ def unconverted(fn):
   AutoGraph converts the client loop (its `for` over the dataset, its `if`s
   on tensors) and, recursively, every function the loop calls. Keras'
   forward pass and metrics and TFF's optimizers branch on Python values
-  only, so converting them computes nothing different, yet it was most of a
+  only, so converting them computes nothing different, yet it is most of a
   process's build time (about 4 of 7 s for FedOpt on EMNIST-CR). The loop
   calls them through `unconverted`; a `tf.function` (a Keras-backed model's
   `forward_pass`) by its Python function, which traced on its own would be
@@ -124,7 +124,7 @@ def unconverted_finalizers(model) -> collections.OrderedDict:
   """`model.metric_finalizers()`, each one left as written by AutoGraph.
 
   Keras-backed finalizers build a metric object per call and branch on
-  Python values only, yet converting them (and what they call) took ~0.8 s
+  Python values only, yet converting them (and what they call) takes ~0.8 s
   of FedOpt's process build. They are `tf.function`s whose automatic
   control dependencies order the metric's variable assignments before its
   `result()`: such a finalizer stays a `tf.function`, traced with

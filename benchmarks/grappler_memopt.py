@@ -1,7 +1,7 @@
 r"""Does Grappler's memory optimisation make a graph's numbers vary by process?
 
     for mem in 3 6 5 4 2; do for i in 1 2 3; do \
-      MEM=$mem .venv/bin/python results/perf/grappler_memopt_probe.py; done; done
+      MEM=$mem .venv/bin/python -m benchmarks.grappler_memopt; done; done
 
 One outer step of FedPTR-S's trajectory matching (`mtt.matching_gradients`,
 2 unrolled steps, 100 synthetic 28x28 images, the claim's `mtt_convnet`:
@@ -13,14 +13,12 @@ function optimisation AGGRESSIVE) with `memory_optimization` set to the
 run once in a session without Grappler on one thread, as TFF's worker runs
 it. Prints the optimised graph's node count, a digest of its bytes and a
 digest of the result; run it in several processes and compare
-(`runtime.grappler_config`; README, "Repeatable runs").
+(`runtime.grappler_config`; output in `results/perf/grappler_memopt.log`).
 """
 
 import hashlib
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 

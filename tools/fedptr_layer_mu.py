@@ -24,23 +24,23 @@ fit it.
 
 Usage (from the repository root):
 
-    .venv/bin/python results/claims/fedptr/layer_mu.py RUN_DIR [RUN_DIR ...]
+    .venv/bin/python -m tools.fedptr_layer_mu RUN_DIR [RUN_DIR ...]
 
-It writes Markdown to stdout; `layer_mu.md` beside it is its output on the
-claim's runs, with what it shows (its header says which checkpoints it read
-and how to get them back from this repository's history).
+It writes Markdown to stdout; `results/claims/fedptr/layer_mu.md` is its
+output on the claim's runs, with what it shows (its header says which
+checkpoints it read and how to get them back from this repository's
+history).
 """
 
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
-# The repository root, for `tasks` and `tff_opt` when run as a script.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))))))
-
+_STATE_FILE = 'state.npz'  # `tff_opt.program.checkpoints.STATE_FILE`.
+_VERSION = re.compile(r'^program_state_(\d+)$')
 _SCALARS = (('has_previous', np.bool_), ('has_previous_projection', np.bool_),
             ('matching_rounds', np.int32), ('mtt_updates', np.int32))
 
@@ -115,6 +115,21 @@ def read_round(state_path):
           int(blocks[0][-1].shape[0]))
 
 
+def saved_rounds(run_dir):
+  """Rounds whose checkpoint in `run_dir` is complete (has its state file).
+
+  A save cut by a kill (`program_state_<N>_temp<K>/`) is not one, and a
+  run with no `checkpoints/` folder (a finished run, cloned) has none.
+  """
+  folder = os.path.join(run_dir, 'checkpoints')
+  if not os.path.isdir(folder):
+    return []
+  return sorted(int(m.group(1)) for m in map(_VERSION.match,
+                                               os.listdir(folder))
+                if m and os.path.isfile(os.path.join(folder, m.group(0),
+                                                     _STATE_FILE)))
+
+
 def layer_table(run_dir):
   """Markdown: each checkpoint's d_l and mu_l, one row per layer.
 
@@ -124,13 +139,12 @@ def layer_table(run_dir):
       `mtt_convnet`.
   """
   from tff_opt.algorithms import fed_ptr  # pylint: disable=g-import-not-at-top
-  from tools import stage_checkpoints  # pylint: disable=g-import-not-at-top
   with open(os.path.join(run_dir, 'hparams.json'), encoding='utf-8') as f:
     hp = json.load(f)
   if hp.get('algorithm') != 'fedptr_s':
     raise ValueError(f'{run_dir}: algorithm {hp.get("algorithm")!r}, '
                      'expected fedptr_s.')
-  rounds = stage_checkpoints.saved_rounds(run_dir)
+  rounds = saved_rounds(run_dir)
   if not rounds:
     raise ValueError(f'{run_dir}: no checkpoints/program_state_*/state.npz.')
   mu, lr = float(hp['mu']), float(hp['client_lr'])
@@ -145,7 +159,8 @@ def layer_table(run_dir):
            '|---|---|---|---|---|---|']
   model = None
   for t in rounds:
-    path = stage_checkpoints.state_file(run_dir, t)
+    path = os.path.join(run_dir, 'checkpoints', f'program_state_{t}',
+                        _STATE_FILE)
     previous, projected, matching, image_shape, classes = read_round(path)
     if model is None:
       model = _model(image_shape, classes)
@@ -174,8 +189,15 @@ def layer_table(run_dir):
 
 def main(argv):
   if len(argv) < 2:
-    sys.exit(f'usage: {argv[0]} RUN_DIR [RUN_DIR ...]')
-  print('\n'.join(layer_table(d) for d in argv[1:]), end='')
+    print('usage: python -m tools.fedptr_layer_mu RUN_DIR [RUN_DIR ...]',
+          file=sys.stderr)
+    sys.exit(2)
+  try:
+    tables = [layer_table(d) for d in argv[1:]]
+  except (OSError, ValueError) as e:
+    print(f'fedptr_layer_mu: {e}', file=sys.stderr)
+    sys.exit(2)
+  print('\n'.join(tables), end='')
 
 
 if __name__ == '__main__':

@@ -1,15 +1,15 @@
 r"""Seconds per FedCurv round: the Fisher over all E epochs vs over one.
 
-    .venv/bin/python results/perf/fedcurv_fisher_epochs_probe.py \
-        --data_dir=data --rounds=4
+    .venv/bin/python -m benchmarks.fedcurv_fisher_epochs --data_dir=data \
+        --rounds=4
 
 The claims' FedCurv setting (`binaries/claims.py`, claim `fedcurv`):
 MNIST-5k, 24 devices of two one-label blocks, all 24 every round, E = 5,
 batch 256, client SGD lr 0.05, small_cnn (114,314 parameters), lam 1,
 Eq. 3 (cross_silo); clients unshuffled here, so that every process trains
 alike. Processes on the same clients and weights: `client_epochs=1` (the
-Fisher over every element of the E-epoch dataset, as before this change),
-`client_epochs=5` (over its first epoch), the same stateless, and FedOpt
+Fisher over every element of the E-epoch dataset), `client_epochs=5` (over
+its first epoch, as the claims run it), the same stateless, and FedOpt
 (no Fisher). After one untimed round each, their rounds alternate (a, b,
 c, d, a, ...) so that the machine's load falls on all alike; it prints
 each round's seconds, the medians and the ratio of the first two, and the
@@ -20,10 +20,8 @@ first round (the same numbers up to float rounding).
 import argparse
 import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '1')
 
