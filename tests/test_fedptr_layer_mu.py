@@ -1,6 +1,5 @@
-"""results/claims/fedptr/layer_mu.py: d_l and mu_l read from checkpoints."""
+"""tools.fedptr_layer_mu: d_l and mu_l read from checkpoints."""
 
-import importlib.util
 import json
 import os
 
@@ -9,21 +8,12 @@ import pytest
 
 from tasks import models
 
-pytestmark = pytest.mark.skipif(
-    'TEST_SRCDIR' in os.environ,
-    reason='results/ is in .bazelignore, so Bazel\'s runfiles lack the '
-    'script; make test (pytest on the checkout) runs it')
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope='module')
 def layer_mu():
-  path = os.path.join(_ROOT, 'results', 'claims', 'fedptr', 'layer_mu.py')
-  spec = importlib.util.spec_from_file_location('layer_mu', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  from tools import fedptr_layer_mu  # pylint: disable=g-import-not-at-top
+  return fedptr_layer_mu
 
 
 _SHAPES = [tuple(v.shape) for v in models.create_mtt_convnet(

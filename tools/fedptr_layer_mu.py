@@ -24,10 +24,10 @@ fit it.
 
 Usage (from the repository root):
 
-    .venv/bin/python results/claims/fedptr/layer_mu.py RUN_DIR [RUN_DIR ...]
+    python -m tools.fedptr_layer_mu RUN_DIR [RUN_DIR ...]
 
-It writes Markdown to stdout; `layer_mu.md` beside it is its output on the
-claim's runs, with what it shows (its header says which checkpoints it read
+It writes Markdown to stdout; `results/claims/fedptr/layer_mu.md` is its
+output on the claim's runs, with what it shows (its header says which checkpoints it read
 and how to get them back from this repository's history).
 """
 
@@ -36,10 +36,6 @@ import os
 import sys
 
 import numpy as np
-
-# The repository root, for `tasks` and `tff_opt` when run as a script.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.dirname(os.path.abspath(__file__))))))
 
 _SCALARS = (('has_previous', np.bool_), ('has_previous_projection', np.bool_),
             ('matching_rounds', np.int32), ('mtt_updates', np.int32))
@@ -174,7 +170,9 @@ def layer_table(run_dir):
 
 def main(argv):
   if len(argv) < 2:
-    sys.exit(f'usage: {argv[0]} RUN_DIR [RUN_DIR ...]')
+    print(f'fedptr_layer_mu: error: no run directory; usage: python -m '
+          'tools.fedptr_layer_mu RUN_DIR [RUN_DIR ...]', file=sys.stderr)
+    sys.exit(2)
   print('\n'.join(layer_table(d) for d in argv[1:]), end='')
 
 
