@@ -104,3 +104,28 @@ def test_a_run_missing_an_evaluation_has_no_examples(tmp_path):
   setting = tables.Setting('S', (), 2, (Measure('last 2', 'last_mean', 2),))
   logs = _run(tmp_path, setting, [0.5, 0.5], {2: [1, 0]})
   assert claims.examples_of(logs) == {}
+
+
+def test_a_sequence_models_evaluation_logs_nothing(tmp_path):
+  # Predictions (batch, time, vocabulary): no per-example record, and the
+  # metrics are those of the plain pass.
+  x = np.array([[1, 2, 3], [3, 2, 1], [2, 2, 2], [1, 1, 1]], np.int32)
+  y = np.array([[2, 3, 0], [2, 1, 0], [2, 2, 0], [1, 1, 0]], np.int32)
+  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(2)
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.Embedding(4, 2, input_length=3),
+        tf.keras.layers.Dense(4)])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), input_spec=data.element_spec,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+  path = str(tmp_path / evaluation.CORRECT_FILE)
+  weights = tff.learning.models.ModelWeights.from_model(model_fn())
+  logged = evaluation.build_evaluator(model_fn, data, correct_path=path)(
+      weights, round_num=1)
+  plain = evaluation.build_evaluator(model_fn, data)(weights)
+  assert logged == plain
+  assert not os.path.exists(path)
