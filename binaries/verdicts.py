@@ -171,7 +171,7 @@ def scored(claim: 'Claim', setting_label: str, measure: Measure,
                    f'{measure.metric}.')
 
 
-# --- The statistics -------------------------------------------------------------
+# --- The statistics -----------------------------------------------------------
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -671,9 +671,8 @@ class Within(_Check):
         widest = ((f, est))
     (a, b), est = pairs[found.index(widest[0])], widest[1]
     lo, hi = est.interval()
-    means = ', '.join(
-        f'{k[0]} {statistics.fmean(scored(claim, self.setting, measure, v)[0] for v in values[k].values()):.2f}'
-        for k in keys)
+    means = ', '.join(f'{k[0]} {self._mean(claim, measure, values[k]):.2f}'
+                      for k in keys)
     text = (f'means {means}; the widest pair {a[0]} - {b[0]} '
             f'{est.mean:+.2f}, 90% interval [{lo:+.2f}, {hi:+.2f}] over '
             f'{est.n} seeds (seeds ±{est.se_seeds:.2f}, test set '
@@ -681,6 +680,14 @@ class Within(_Check):
             f' (TOST, {len(pairs)} pairs)')
     return Finding('estimated', text, est, self.spread, est.n, max(p_equiv),
                    min(holm(p_out)))
+
+
+  def _mean(self, claim: 'Claim', measure: Measure,
+            by_seed: Mapping[int, Optional[float]]) -> float:
+    """A method's mean over the registered seeds, diverged runs worst."""
+    return statistics.fmean(
+        scored(claim, self.setting, measure, by_seed[s])[0]
+        for s in range(claim.seeds))
 
 
 Check = Better | GainLarger | Within | Fastest

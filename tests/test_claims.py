@@ -77,7 +77,7 @@ def _main(args, launcher=fabricate):
   return 0
 
 
-# --- Values read from the runs ----------------------------------------------------
+# --- Values read from the runs ---------------------------------------------
 
 
 def _claim(measures, rounds=10, settings=('S',), flags=()):

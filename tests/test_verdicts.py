@@ -36,7 +36,7 @@ def _values(**by_method):
   return {(m, 'S', 'acc'): dict(enumerate(v)) for m, v in by_method.items()}
 
 
-# --- Holm and the interval ------------------------------------------------------
+# --- Holm and the interval ----------------------------------------------------
 
 
 def test_holm_by_hand():
@@ -86,7 +86,7 @@ def test_decide(diffs, delta, verdict):
   assert verdicts.decide(diffs, delta) == verdict
 
 
-# --- Better: the unpaired bound, paired examples, pending ------------------------
+# --- Better: the unpaired bound, paired examples, pending ---------------------
 
 
 def test_better_with_the_unpaired_test_set_bound():
@@ -172,7 +172,7 @@ def test_delta_is_raised_to_the_test_sets_resolution():
   assert 'raised from 1 to the test set\'s resolution' in f.text
 
 
-# --- Divergence: the worst outcome, wherever it falls ----------------------------
+# --- Divergence: the worst outcome, wherever it falls -------------------------
 
 
 @pytest.mark.parametrize('position', [0, 1, 2])
@@ -235,7 +235,7 @@ def test_a_rejected_update_or_an_exploding_loss_is_divergence():
       'to 50%': 2.0}
 
 
-# --- Rounds to a target: censored at the horizon ---------------------------------
+# --- Rounds to a target: censored at the horizon ------------------------------
 
 
 def _rounds_claim(seeds=3):
@@ -307,7 +307,7 @@ def test_gain_larger_takes_the_smaller_of_the_growth_and_the_gain():
   assert f.text.startswith('gain at L +1.00, at M -3.67; ')
 
 
-# --- Equivalence (TOST) -----------------------------------------------------------
+# --- Equivalence (TOST) -------------------------------------------------------
 
 
 def _within_values(**by_method):
@@ -346,7 +346,7 @@ def test_within_is_an_equivalence_test(c, verdict):
   assert 'margin ±1 (TOST, 3 pairs)' in numbers
 
 
-# --- A claim: Holm over the primary checks, the rule -----------------------------
+# --- A claim: Holm over the primary checks, the rule --------------------------
 
 # d = 0.1, 2.1, 0.1, 2.1, 1.1: mean 1.1, sd 1, t = 1.1 sqrt(5) on 4 df.
 _B = [90.0] * 5

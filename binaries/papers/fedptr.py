@@ -249,7 +249,8 @@ def _fedptr_claim() -> Claim:
                                       '--layer_adaptive', *common))),
       settings=(setting,),
       # A checkpoint every 2 rounds (~7 min of FedPTR-S here), not 10 (~35
-      # min): a run stopped mid-way recomputes at most one logged round. How a run computes, not what (`binaries.train`'s
+      # min): a run stopped mid-way recomputes at most one logged round.
+      # How a run computes, not what (`binaries.train`'s
       # RESUMABLE_CHANGES), so runs begun with 10 resume under it.
       flags=('--client_epochs=1', '--client_opt=sgdm', '--client_lr=0.01',
              '--client_batch_size=50', '--eval_every=1',

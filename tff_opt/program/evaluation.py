@@ -130,7 +130,7 @@ def _labels(batch):
   return batch[1]
 
 
-# --- Per-example correctness ---------------------------------------------------
+# --- Per-example correctness --------------------------------------------------
 
 CORRECT_FILE = 'eval_correct.npz'
 
