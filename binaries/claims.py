@@ -48,36 +48,34 @@ reports:
     <out_dir>/<claim>/runs/    each point's binaries.train output
     <out_dir>/logs/            each point's log
 
-Verdicts. A check compares two methods (or a method's gain at two settings)
-seed by seed: runs with the same seed share the data partition, the model's
-initial weights and the sampled clients, so the difference per seed is the
-paired effect of the method. Each check has a resolution (`resolution`):
-for rounds to a target, the evaluation grid (`--eval_every`); for an
-accuracy, the standard error of one evaluation on the test set the runs
-score (sqrt(p(1-p)/n); ~0.55 points on MNIST-5k's 1,000 test images at
-97%). With d_s the difference in the claimed direction for seed s, each
-seed is for the claim (d_s beyond the resolution), against it, tied
-(|d_s| below the resolution, whatever its sign), censored (a target that
-neither run reached) or missing (a finished run without the value, or
-NaN). A target one run reached and the other did not decides the seed,
-whatever the grid. The check is:
+Verdicts (`binaries.verdicts`, whose docstring states the protocol). Per
+seed the paired difference of the two methods in the claimed direction
+(same seed: same partition, initial weights and sampled clients); a 90 %
+interval on its mean, Student's t over the seeds, widened by the test
+set's own sampling error (paired over the test examples where the runs
+logged their per-example correctness, else the conservative unpaired
+bound, which the report names); per check a margin delta fixed in the
+claim's spec. A check is:
 
-- pending: fewer than `MIN_SEEDS` seeds finished both runs;
-- reproduced: every seed for;
-- not reproduced: every seed against;
-- inconclusive: anything else, with the reason (a missing value, "no run
-  reached 95% in 40 rounds", "tied within the 25-round evaluation grid",
-  the seeds disagree).
+- pending (k/n seeds): a registered seed has not finished every run it
+  reads; the interval so far is shown;
+- reproduced: the interval lies above 0;
+- not reproduced: it lies below delta, and not above 0 (an effect as large
+  as delta is ruled out at this setting);
+- inconclusive: anything else, or every seed censored on both sides.
 
-A claim is not reproduced when any check is not, reproduced when all its
-checks are, pending when any check is, inconclusive otherwise. `Within`
-checks (the methods end within a spread of each other) read the means over
-seeds against the spread, give or take the resolution.
+"Within one point" claims are equivalence tests (TOST). Holm's adjustment
+runs over each claim's primary checks, and the claim's verdict follows
+from them by the rule its spec states. A diverged run (a non-finite loss,
+a rejected update, or a loss exploding past `DIVERGED_LOSS_FACTOR` times
+its first round's, in the rounds a measure reads) scores the worst:
+chance accuracy, or censored at the horizon for rounds to a target.
 """
 
 import csv
 import dataclasses
 import fnmatch
+import math
 import os
 import statistics
 import sys
@@ -111,6 +109,7 @@ Setting = tables.Setting
 MIN_SEEDS = verdicts.MIN_SEEDS
 VERDICTS = verdicts.VERDICTS
 Values = verdicts.Values
+Examples = verdicts.Examples
 EvalSizes = verdicts.EvalSizes
 Better = verdicts.Better
 GainLarger = verdicts.GainLarger
@@ -120,8 +119,8 @@ Check = verdicts.Check
 TUNING_SEED = verdicts.TUNING_SEED
 Tuning = verdicts.Tuning
 Claim = verdicts.Claim
-resolution = verdicts.resolution
-paired_verdict = verdicts.paired_verdict
+decide = verdicts.decide
+holm = verdicts.holm
 pick = verdicts.pick
 evaluate = verdicts.evaluate
 
@@ -277,7 +276,9 @@ def run_values(rows: Sequence[Mapping[str, Any]], setting: Setting,
 
   A run that stopped at its `--stop_at` target before its last round has
   the rounds to each target it reached and no other measure (the rounds it
-  did not run would change them).
+  did not run would change them). A run that diverged in the rounds a
+  measure reads (`diverged`) has NaN there, or `None` (censored) for rounds
+  to a target, whatever it logged: `binaries.verdicts` scores it worst.
   """
   stopped = analysis.last_round(rows) < rounds
   values = {}
@@ -285,8 +286,108 @@ def run_values(rows: Sequence[Mapping[str, Any]], setting: Setting,
     value = reproduce.measure_value(rows, m, setting.rounds)
     if stopped and (m.kind != 'rounds_to' or value is None):
       continue
+    if diverged(rows, *measure_window(m, setting.rounds)):
+      value = None if m.kind == 'rounds_to' else math.nan
     values[m.label] = value
   return values
+
+
+def measure_window(measure: Measure, rounds: int) -> tuple[int, int]:
+  """The rounds (first, last) whose training a measure's value depends on.
+
+  The window's own rounds for a mean of the last k; every round up to the
+  one read otherwise (a model diverged before it is no model at it).
+  """
+  if measure.kind == 'last_mean':
+    return rounds - int(measure.arg) + 1, rounds
+  if measure.kind in ('best_up_to', 'at_round'):
+    return 1, min(int(measure.arg), rounds)
+  return 1, rounds
+
+
+def diverged(rows: Sequence[Mapping[str, Any]], first: int, last: int
+             ) -> bool:
+  """Whether the run diverged in rounds first..last.
+
+  A non-finite training or evaluation loss, a rejected update
+  (`update_non_finite`), or a training loss above
+  `verdicts.DIVERGED_LOSS_FACTOR` times the run's first round's.
+  """
+  start = next((r.get('train_loss') for r in rows if r['round'] == 1), None)
+  limit = (start * verdicts.DIVERGED_LOSS_FACTOR
+           if start is not None and math.isfinite(start) and start > 0
+           else math.inf)
+  for r in rows:
+    if not first <= r['round'] <= last:
+      continue
+    if r.get('update_non_finite'):
+      return True
+    for name in ('train_loss', 'eval_loss'):
+      v = r.get(name)
+      if v is not None and (not math.isfinite(v) or
+                            (name == 'train_loss' and v > limit)):
+        return True
+  return False
+
+
+def examples_of(logs: Sequence[RunLog]) -> dict:
+  """{(method, setting, measure): {seed: per-example correctness}}.
+
+  For each finished run that logged its per-example correctness
+  (`evaluation.CORRECT_FILE`), each accuracy measure's: the mean over the
+  evaluations the measure reads (the last k for `last_mean`, every one for
+  `mean`, the last up to the round for `final` and `at_round`, the first
+  best for `best_up_to`), so that its mean is the run's value. A diverged
+  run's is its chance score, the same for every example
+  (`binaries.verdicts` fills it: absent here). A run without the file, or
+  missing an evaluation the measure reads, is absent.
+  """
+  from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
+  found: dict[tuple[str, str, str], dict[int, Any]] = {}
+  for log in logs:
+    if not log.finished:
+      continue
+    p = log.point
+    correct = evaluation.read_correct(
+        os.path.join(p.output_dir, evaluation.CORRECT_FILE))
+    if not correct:
+      continue
+    values = run_values(log.rows, p.setting, p.rounds)
+    for m in p.setting.measures:
+      if (m.kind == 'rounds_to' or not m.metric == 'eval_accuracy' or
+          not _finite(values.get(m.label))):
+        continue
+      rounds = _rounds_read(log.rows, m, p.setting.rounds)
+      if rounds and all(r in correct for r in rounds):
+        found.setdefault((p.method.label, p.setting.label, m.label), {})[
+            p.seed] = sum(correct[r].astype(float) for r in rounds) / len(
+                rounds)
+  return found
+
+
+def _finite(v: Optional[float]) -> bool:
+  return v is not None and math.isfinite(v)
+
+
+def _rounds_read(rows: Sequence[Mapping[str, Any]], measure: Measure,
+                 rounds: int) -> list[int]:
+  """The evaluated rounds whose accuracy a measure's value is made of."""
+  evaluated = [(r['round'], r[measure.metric]) for r in rows
+               if r['round'] <= rounds and r.get(measure.metric) is not None]
+  if not evaluated:
+    return []
+  if measure.kind == 'last_mean':
+    return [r for r, _ in evaluated if r > rounds - int(measure.arg)]
+  if measure.kind == 'mean':
+    return [r for r, _ in evaluated]
+  if measure.kind in ('best_up_to', 'at_round'):
+    evaluated = [(r, v) for r, v in evaluated if r <= measure.arg]
+    if not evaluated:
+      return []
+  if measure.kind == 'best_up_to':
+    best = max(v for _, v in evaluated)
+    return [next(r for r, v in evaluated if v == best)]
+  return [evaluated[-1][0]]
 
 
 def eval_sizes_of(logs: Sequence[RunLog]) -> dict[str, int]:
@@ -328,15 +429,19 @@ def _cell(values: Mapping[int, Optional[float]], measure: Measure,
       return f'not finished yet (round {last}/{rounds})'
     return (f'not finished yet ({len(begun)} seeds begun, the furthest at '
             f'round {last}/{rounds})')
-  got = [v for v in values.values() if v is not None]
+  got = [v for v in values.values() if v is not None and math.isfinite(v)]
+  bad = len(values) - len(got)
   if not got:
-    return 'not reached' if measure.kind == 'rounds_to' else 'n/a'
-  digits = 1 if measure.kind == 'rounds_to' else 2
-  text = f'{statistics.fmean(got):.{digits}f}'
-  if len(got) > 1:
-    text += f' ± {statistics.stdev(got):.{digits}f}'
-  if measure.kind == 'rounds_to' and len(got) < len(values):
-    text += f' ({len(got)}/{len(values)} reached)'
+    text = 'not reached' if measure.kind == 'rounds_to' else 'diverged'
+  else:
+    digits = 1 if measure.kind == 'rounds_to' else 2
+    text = f'{statistics.fmean(got):.{digits}f}'
+    if len(got) > 1:
+      text += f' ± {statistics.stdev(got):.{digits}f}'
+    if bad:
+      text += (f' ({len(got)}/{len(values)} reached)'
+               if measure.kind == 'rounds_to' else
+               f' ({bad}/{len(values)} diverged)')
   if len(values) < seeds:
     text += f' [{len(values)}/{seeds} seeds]'
   return text
@@ -344,14 +449,15 @@ def _cell(values: Mapping[int, Optional[float]], measure: Measure,
 
 def render_claim(claim: Claim, values: Values, *, seeds: int,
                  eval_sizes: Optional[EvalSizes] = None,
-                 begun: Optional[Begun] = None) -> str:
+                 begun: Optional[Begun] = None,
+                 examples: Optional[Examples] = None) -> str:
   """The claim's grid as Markdown, with its verdict.
 
   A cell with no finished run says "not run yet", or how far its runs got
   where `begun` (see `begun_of`) has them.
   """
   begun = begun or {}
-  overall, results = evaluate(claim, values, eval_sizes)
+  overall, results = evaluate(claim, values, eval_sizes, examples)
   headers = ['Method'] + [
       f'{s.label} {m.label}' for s in claim.settings for m in s.measures]
   lines = [f'# Claim: {claim.name}', '', claim.statement + '.', '',
@@ -377,9 +483,15 @@ def render_claim(claim: Claim, values: Values, *, seeds: int,
     lines += ['', f'Tuning ({t.describe()}; fixed before the runs): '
               f'{cells}; ' + (f'picked **{chosen}**.' if chosen else
                               f'{t.method}\'s runs wait for it.')]
-  lines += ['', f'**Verdict: {overall}.**', '']
-  for check, verdict, numbers in results:
-    lines.append(f'- {check.describe()}: **{verdict}** ({numbers}).')
+  lines += ['', f'**Verdict: {overall}** ({claim.rule}).', '']
+  for role in verdicts.ROLES:
+    mine = [r for r in results if r.check.role == role]
+    if mine:
+      lines.append(f'{role.capitalize()} checks:')
+      lines += [f'- {r.check.describe()}: **{r.verdict}** ({r.numbers}).'
+                for r in mine]
+      lines.append('')
+  lines.pop()
   if claim.paper_numbers:
     lines += ['', f'The paper: {claim.paper_numbers}.']
   return '\n'.join(lines) + '\n'
@@ -468,6 +580,25 @@ def seed_curves(logs: Sequence[RunLog], metric: str):
   return finished, unfinished
 
 
+# The columns of claims.csv that `csv_numbers` fills.
+CSV_NUMBERS = ('estimate', 'ci90_low', 'ci90_high', 'delta', 'paper_effect',
+               'seeds', 'seeds_registered', 'test_set', 'p_for', 'p_against')
+
+
+def csv_numbers(claim: Claim, result: verdicts.Result) -> list[Any]:
+  """A check's `CSV_NUMBERS`; the estimate's blank where there is none."""
+  f, paper = result.finding, result.check.paper
+  row = ['', '', '', f'{f.delta or result.check.delta:g}',
+         '' if paper is None else f'{paper:g}', f.seeds, claim.seeds, '',
+         '', '']
+  if f.estimate is not None:
+    lo, hi = f.estimate.interval()
+    row[:3] = [f'{f.estimate.mean:.4f}', f'{lo:.4f}', f'{hi:.4f}']
+    row[7:] = [f.estimate.test_text, f'{result.p_for:.4g}',
+               f'{result.p_against:.4g}']
+  return row
+
+
 def write_reports(claims: Sequence[Claim],
                   points_by_claim: Mapping[str, Sequence[reproduce.Point]],
                   *, out_dir: str, seeds: Optional[int],
@@ -490,13 +621,18 @@ def write_reports(claims: Sequence[Claim],
              'Each claim\'s runs are made, and resumed, by `python -m '
              'binaries.claims --claims=<claim>` on the seeds it registers ('
              + ', '.join(f'{c.name} {c.seeds}' for c in CLAIMS.values()) +
-             f'); last written by `{command}`. Verdicts: reproduced / not '
-             'reproduced '
-             '(every seed for / against the claim, beyond the check\'s '
-             'resolution) / inconclusive (tied within the resolution, '
-             'censored, a missing value, or the seeds disagree) / pending '
-             f'(fewer than {MIN_SEEDS} seeds finished); see '
-             '`binaries/claims.py`.', '',
+             f'); last written by `{command}`. Each check: the mean paired '
+             'difference over seeds in the claimed direction, its 90% '
+             'interval (the seeds\' spread and the test set\'s sampling '
+             'error: paired over test examples where the runs logged them, '
+             'else the conservative unpaired bound, as each check says), '
+             'and its margin δ, all fixed in the claim\'s spec. Reproduced: '
+             'the interval above 0; not reproduced: below δ (and not above '
+             '0); inconclusive: otherwise; pending: a registered seed '
+             'unfinished (k/n seeds). Holm over each claim\'s primary '
+             'checks; "within" claims are equivalence tests (TOST); a '
+             'diverged run scores chance accuracy or is censored at the '
+             'horizon. See `binaries/verdicts.py`.', '',
              '| paper | claim | setting here | verdict | checks |',
              '|---|---|---|---|---|']
   csv_rows = []
@@ -508,6 +644,7 @@ def write_reports(claims: Sequence[Claim],
     logs = read_logs(points)  # Each run's file once, for every report.
     values = values_of(logs)
     sizes = eval_sizes_of(logs)
+    examples = examples_of(logs)
     if claim.name in rendered:
       work = claim_dir(out_dir, claim)
       os.makedirs(work, exist_ok=True)
@@ -515,27 +652,30 @@ def write_reports(claims: Sequence[Claim],
                        render_claim(claim, values,
                                     seeds=seeds or claim.seeds,
                                     eval_sizes=sizes,
-                                    begun=begun_of(logs)))
+                                    begun=begun_of(logs),
+                                    examples=examples))
       plot_curves(claim, logs, os.path.join(work, CURVES_PNG))
-    overall, results = evaluate(claim, values, sizes)
+    overall, results = evaluate(claim, values, sizes, examples)
     finished = sum(log.finished for log in logs)
-    checks = '<br>'.join(f'{c.describe()}: {v} ({n})'
-                         for c, v, n in results)
+    checks = '<br>'.join(f'{r.check.describe()} [{r.check.role}]: '
+                         f'{r.verdict} ({r.numbers})' for r in results)
     summary.append(
         f'| {tables.PAPER_TITLES[claim.name].split(":")[0]} | '
         f'{claim.statement} | {claim.setting_text} ({finished}/{len(points)}'
         f' runs finished; [table]({claim.name}/{reproduce.TABLE_MD})) | '
-        f'**{overall}** | {checks} |')
-    for c, v, n in results:
-      csv_rows.append([claim.name, overall, c.describe(), v, n, finished,
+        f'**{overall}** ({claim.rule}) | {checks} |')
+    for r in results:
+      csv_rows.append([claim.name, overall, r.check.describe(), r.check.role,
+                       r.verdict, *csv_numbers(claim, r), r.numbers, finished,
                        len(points)])
   text = '\n'.join(summary) + '\n'
   files.write_text(os.path.join(out_dir, SUMMARY_MD), text)
   with files.replaced_atomically(os.path.join(out_dir, SUMMARY_CSV),
                                  newline='') as f:
     writer = csv.writer(f)
-    writer.writerow(['claim', 'claim_verdict', 'check', 'check_verdict',
-                     'numbers', 'runs_finished', 'runs'])
+    writer.writerow(['claim', 'claim_verdict', 'check', 'role',
+                     'check_verdict', *CSV_NUMBERS, 'numbers',
+                     'runs_finished', 'runs'])
     writer.writerows(csv_rows)
   return text
 

@@ -776,7 +776,13 @@ def _build_evaluate(hparams: dict, task, round_data):
   shifting = round_data is not None and round_data.concept_shift is not None
   evaluators = {}
   if not shifting:
-    evaluators[None] = evaluation.build_evaluator(task.model_fn, eval_data)
+    # One fixed test set: its per-example correctness pairs runs' scores.
+    logged = ({'correct_path': os.path.join(hparams['output_dir'],
+                                            evaluation.CORRECT_FILE)}
+              if hparams.get('output_dir') and not hparams.get('eval_examples')
+              else {})
+    evaluators[None] = evaluation.build_evaluator(task.model_fn, eval_data,
+                                                  **logged)
 
   def evaluate(weights, round_num):
     if sampler is not None:
@@ -785,7 +791,7 @@ def _build_evaluate(hparams: dict, task, round_data):
     if key not in evaluators:
       evaluators[key] = evaluation.build_evaluator(
           task.model_fn, round_data.relabel(eval_data, round_num))
-    return evaluators[key](weights)
+    return evaluators[key](weights, round_num=round_num)
 
   return evaluate
 

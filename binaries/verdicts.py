@@ -7,12 +7,76 @@ in its module of `binaries/papers/` (`fedopt.py`: Reddi et al., `fedfor.py`,
 
 A `Claim` is one paper's central claim: its grid (methods x settings, as
 `binaries.tables.Method` and `Setting`), its checks (`Better`,
-`GainLarger`, `Within`, `Fastest`) and its tunings (`Tuning`: a
-hyper-parameter picked on `TUNING_SEED` before the method's runs). A
-check's verdict comes from the per-seed values of its runs, paired by seed
-and compared against the check's `resolution`; `evaluate` gives the claim's
-verdict from its checks'. The rules in words are in `binaries/claims.py`'s
-docstring (the binary's `--help`), under "Verdicts".
+`GainLarger`, `Within`, `Fastest`), its tunings (`Tuning`: a
+hyper-parameter picked on `TUNING_SEED` before the method's runs) and its
+registered seeds. Each check carries, fixed in the claim's spec before
+its runs are scored, a margin `delta` (the smallest effect the claim is
+about) and a `role` (primary checks decide the claim).
+
+The protocol (`evaluate`):
+
+1. Per seed s, d_s: the paired difference of the two methods in the
+   claimed direction (same seed = same partition, initial weights and
+   sampled clients). `GainLarger`: min(gain_larger - gain_smaller,
+   gain_larger), so that a loss that shrinks is no growing gain.
+   `Fastest`: against the best of the others on that seed.
+2. A 90 % interval on the mean of d (5 % one-sided each way), Student's t
+   (`scipy.stats.t`, Welch-Satterthwaite degrees of freedom: n - 1 for the
+   seeds' term, infinite for the test set's, `Estimate.df`) on the
+   standard error sqrt(s_d^2 / n + v_test): s_d^2 / n the seed-to-seed
+   spread, v_test the
+   test set's own sampling error, which the seeds share (one fixed test
+   set) and so does not shrink with n. v_test, in order of preference:
+   - paired over test examples (the analytic equivalent of a paired
+     bootstrap that resamples the same examples for every seed): with
+     x_i the example's correctness combined as d is (1 or 0 for each run,
+     averaged over the evaluations the measure reads), e_i its mean over
+     seeds, v_test = var(e) / N. Used where every run of the check logged
+     its per-example correctness (`Examples`, read from
+     `tff_opt.program.evaluation.CORRECT_FILE`).
+   - otherwise the conservative unpaired bound, for runs that logged no
+     per-example results: the accuracies' standard errors combined,
+     sum_k c_k^2 p_k (1 - p_k) / N averaged over seeds (p_k each run's
+     accuracy, c_k its coefficient in d, N the predictions an evaluation
+     scores). The two models' errors on the same images are positively
+     correlated, so this overstates the noise of a difference.
+   - rounds to a target: the evaluation grid's rounding of the two
+     readings, 2 g^2 / 12 (g the grid); the test set's error enters
+     through the seeds' spread only, which is why every "faster" check
+     has beside it a curve measure that needs no censoring (the mean
+     accuracy over rounds 1..H).
+3. Per check a margin delta > 0, no smaller than the test set resolves (a
+   delta below the standard error of one difference of two evaluations,
+   or below the evaluation grid, is raised to it, and the report says
+   so). Reproduced when the interval lies above 0; not reproduced when it
+   lies below delta and not above 0 (an effect as large as delta is ruled
+   out at this setting); inconclusive otherwise. Expressed as one-sided
+   p-values (H0: effect <= 0, and H0: effect >= delta), so that Holm's
+   step-down (`holm`) adjusts them across a claim's primary checks, each
+   family (for / against) apart; a check that is not primary is read at
+   its own 5 %.
+4. `Within` ("within one point of each other"): an equivalence test, two
+   one-sided tests (TOST) on every pair's mean difference against
+   +-spread; equivalent when every pair's interval lies inside
+   (-spread, spread) (intersection-union: no adjustment), not equivalent
+   when some pair's lies outside it (Holm over the pairs).
+5. Every registered seed (`Claim.seeds`) finished for every run a check
+   reads before it is decided: until then "pending (k/n seeds)", with the
+   interval so far.
+6. Divergence is a failure, never missing: a run with a non-finite loss,
+   a rejected update, or a training loss above `DIVERGED_LOSS_FACTOR`
+   times its first round's in the rounds a measure reads scores the worst
+   outcome (`binaries.claims.run_values`): the claim's chance accuracy
+   (`Claim.chance`), and a target never reached (censored). A NaN value
+   that reaches a check is scored the same way here.
+7. Rounds to a target: a run that missed it (or diverged) is censored and
+   kept at the horizon H (the setting's rounds), which understates its
+   gap to a run that reached it; the grid is stated. A check whose seeds
+   are all censored on both sides is inconclusive.
+
+The claim's verdict (`evaluate`), from its primary checks after Holm:
+reproduced when every primary check is; not reproduced when any is;
+pending when any is pending; inconclusive otherwise.
 """
 
 import dataclasses
@@ -20,6 +84,9 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Optional
+
+import numpy as np
+from scipy import stats
 
 from binaries import tables
 from tff_opt.program import analysis
@@ -30,22 +97,36 @@ Setting = tables.Setting
 
 MIN_SEEDS = 2
 VERDICTS = ('reproduced', 'not reproduced', 'inconclusive', 'pending')
+# One-sided level each way: the intervals are 90 %.
+ALPHA = 0.05
+# A training loss above this many times the run's first round's: diverged.
+# FedFOR at alpha 5 reaches 3.6e12 by round 4 from 1.1 (and ends at 10 %,
+# chance); no run that trains stays above 1.0 x its first loss.
+DIVERGED_LOSS_FACTOR = 100.0
+# Degrees of freedom taken as infinite (t's quantile is then the normal's).
+MAX_DF = 1e6
+
+# Roles of a check, fixed in the claim's spec.
+PRIMARY, SECONDARY, PAPER_SETTING = (
+    'primary', 'secondary', "the paper's hyper-parameter")
+ROLES = (PRIMARY, SECONDARY, PAPER_SETTING)
 
 
-# --- Checks ------------------------------------------------------------------
+# --- Values -------------------------------------------------------------------
 
-# (method label, setting label, measure label) -> {seed: value or None}.
-# A seed is present once its run finished; `None` there is a finished run
-# without the value (a target never reached, for `rounds_to`: censored).
-Values = Mapping[tuple[str, str, str], Mapping[int, Optional[float]]]
+Key = tuple[str, str, str]  # (method label, setting label, measure label)
+# Key -> {seed: value or None}. A seed is present once its run finished;
+# `None` there is a finished run without the value (for `rounds_to`, a
+# target never reached: censored).
+Values = Mapping[Key, Mapping[int, Optional[float]]]
+# Key -> {seed: each test example's correctness (0..1), averaged over the
+# evaluations the measure reads}: what the paired test-set term needs
+# (`binaries.claims.examples_of`). A run without the file is absent.
+Examples = Mapping[Key, Mapping[int, np.ndarray]]
 # setting label -> predictions scored by one evaluation (test examples, or
 # tokens for a language model), read from the runs
 # (`binaries.claims.eval_sizes_of`).
 EvalSizes = Mapping[str, int]
-
-# What one seed says about a check (`_outcome`).
-FOR, AGAINST, TIE, CENSORED, MISSING = (
-    'for', 'against', 'tie', 'censored', 'missing')
 
 
 def _better_sign(measure: Measure) -> float:
@@ -55,293 +136,299 @@ def _better_sign(measure: Measure) -> float:
   return 1.0
 
 
+def _finite(v: Optional[float]) -> bool:
+  return v is not None and math.isfinite(v)
+
+
+def grid_of(claim: 'Claim', setting_label: str) -> int:
+  """The setting's evaluation grid (`--eval_every`, 1 when unset)."""
+  grid = tables.flag_value((*claim.flags, *claim.setting(setting_label).flags),
+                           'eval_every')
+  return int(grid) if grid else 1
+
+
+def scored(claim: 'Claim', setting_label: str, measure: Measure,
+           value: Optional[float]) -> tuple[float, bool]:
+  """(the value a check reads, whether it is the worst outcome).
+
+  A `rounds_to` value that is missing or not finite is censored at the
+  horizon (the setting's rounds); a missing or non-finite accuracy is
+  the claim's chance accuracy. Either way the run scores the worst
+  outcome, whatever the order of its values.
+
+  Raises:
+    ValueError: If the value is missing for a measure with no worst
+      outcome (neither rounds to a target nor an accuracy).
+  """
+  if _finite(value):
+    return float(value), False
+  if measure.kind == 'rounds_to':
+    return float(claim.setting(setting_label).rounds), True
+  if measure.metric.endswith('accuracy'):
+    return claim.chance * measure.scale / 100.0, True
+  raise ValueError(f'claim {claim.name}: no value of {measure.label!r} in '
+                   f'{setting_label!r}, and no worst outcome for '
+                   f'{measure.metric}.')
+
+
+# --- The statistics -----------------------------------------------------------
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+  """Holm's step-down adjusted p-values, in the order given.
+
+  The i-th smallest of m p-values becomes max over j <= i of
+  min(1, (m - j + 1) p_(j)); rejecting where the adjusted value is below
+  alpha controls the family-wise error at alpha.
+  """
+  m = len(pvalues)
+  order = sorted(range(m), key=lambda i: pvalues[i])
+  adjusted, running = [0.0] * m, 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (m - rank) * pvalues[i]))
+    adjusted[i] = running
+  return adjusted
+
+
 @dataclasses.dataclass(frozen=True)
-class Resolution:
-  """The smallest difference a check can tell from noise, and why.
+class Estimate:
+  """The mean of per-seed differences, and its noise.
 
   Attributes:
-    value: A per-seed difference (in the measure's unit) whose size is
-      below this is a tie, whatever its sign.
-    text: Where the value comes from, for the report.
+    diffs: d_s per seed, in the claimed direction (the measure's unit).
+    var_test: The test set's sampling variance of the mean (shared by the
+      seeds, so not divided by their number).
+    test_text: Where `var_test` comes from, for the report.
   """
-  value: float
+  diffs: tuple[float, ...]
+  var_test: float
+  test_text: str
+
+  @property
+  def n(self) -> int:
+    return len(self.diffs)
+
+  @property
+  def mean(self) -> float:
+    return statistics.fmean(self.diffs)
+
+  @property
+  def se_seeds(self) -> float:
+    return statistics.stdev(self.diffs) / math.sqrt(self.n)
+
+  @property
+  def se_test(self) -> float:
+    return math.sqrt(self.var_test)
+
+  @property
+  def se(self) -> float:
+    return math.sqrt(self.se_seeds ** 2 + self.var_test)
+
+  @property
+  def df(self) -> float:
+    """Welch-Satterthwaite degrees of freedom of `se`.
+
+    The seeds' term has n - 1; the test set's is known (binomial over
+    N >= 1,000 examples: infinite), so df = (n - 1) (se^2 / se_seeds^2)^2,
+    at least n - 1 and capped at `MAX_DF` (a normal quantile).
+    """
+    if self.se_seeds == 0.0:
+      return MAX_DF
+    return min(MAX_DF, (self.n - 1) * (self.se / self.se_seeds) ** 4)
+
+  def interval(self, alpha: float = ALPHA) -> tuple[float, float]:
+    """The two-sided 1 - 2 alpha interval on the mean (Student's t)."""
+    half = stats.t.ppf(1.0 - alpha, self.df) * self.se
+    return self.mean - half, self.mean + half
+
+  def p_above(self, x: float) -> float:
+    """One-sided p of H0 "effect <= x" (small: the effect exceeds x)."""
+    if self.se == 0.0:
+      return 0.0 if self.mean > x else 1.0
+    return float(stats.t.sf((self.mean - x) / self.se, self.df))
+
+  def p_below(self, x: float) -> float:
+    """One-sided p of H0 "effect >= x" (small: the effect is below x)."""
+    if self.se == 0.0:
+      return 0.0 if self.mean < x else 1.0
+    return float(stats.t.cdf((self.mean - x) / self.se, self.df))
+
+
+def decide(diffs: Sequence[float], delta: float, var_test: float = 0.0
+           ) -> str:
+  """The verdict of one check alone (no adjustment) from its differences.
+
+  Reproduced when the 90 % interval lies above 0, not reproduced when it
+  lies below `delta` (and not above 0), inconclusive otherwise; fewer
+  than two differences cannot be decided ('pending').
+  """
+  if len(diffs) < MIN_SEEDS:
+    return 'pending'
+  est = Estimate(tuple(diffs), var_test, '')
+  return _verdict(est.p_above(0.0), est.p_below(delta))
+
+
+def _verdict(p_for: float, p_against: float) -> str:
+  if p_for < ALPHA:
+    return 'reproduced'
+  if p_against < ALPHA:
+    return 'not reproduced'
+  return 'inconclusive'
+
+
+# One seed's difference as a combination of runs' values: [(coef, key)].
+Terms = list[tuple[float, Key]]
+
+
+def _test_variance(claim: 'Claim', terms_by_seed: Mapping[int, Terms],
+                   values: Mapping[Key, Mapping[int, float]],
+                   measure: Measure, eval_size: Optional[int],
+                   examples: Optional[Examples]) -> tuple[float, str]:
+  """The test set's variance of the mean difference, and its source.
+
+  Paired over examples where every run logged them, else the unpaired
+  bound (module docstring, step 2).
+  """
+  if measure.kind == 'rounds_to':
+    raise ValueError('rounds to a target: use the grid')
+  examples = examples or {}
+  arrays = {(k, s): examples.get(k, {}).get(s)
+            for s, terms in terms_by_seed.items() for _, k in terms}
+  sizes = {a.size for a in arrays.values() if a is not None}
+  if arrays and all(a is not None for a in arrays.values()) and (
+      len(sizes) == 1):
+    e = sum(c * arrays[(k, s)].astype(np.float64)
+            for s, terms in terms_by_seed.items()
+            for c, k in terms) * measure.scale / len(terms_by_seed)
+    size = sizes.pop()
+    return float(np.var(e, ddof=1) / size), (
+        f'paired over the same {size:,} test examples')
+  if not eval_size:
+    return 0.0, 'no test-set term (evaluation size unknown)'
+  per_seed = []
+  for s, terms in terms_by_seed.items():
+    v = 0.0
+    for c, k in terms:
+      p = min(max(values[k][s] / measure.scale, 0.0), 1.0)
+      v += c * c * p * (1.0 - p) / eval_size
+    per_seed.append(v * measure.scale ** 2)
+  return statistics.fmean(per_seed), (
+      f'unpaired bound on {eval_size:,} predictions (no per-example log)')
+
+
+def _target(measure: Measure) -> str:
+  """A rounds-to measure's target: '90%' for an accuracy."""
+  if measure.metric.endswith('accuracy'):
+    return f'{measure.arg:.0%}'
+  return f'{measure.metric} {measure.arg:g}'
+
+
+def _rounds_text(grid: int, readings: int) -> tuple[float, str]:
+  return readings * grid * grid / 12.0, f'the {grid}-round evaluation grid'
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """What a check's runs say, before the claim's adjustment.
+
+  Attributes:
+    status: 'pending' (registered seeds unfinished), 'undecided' (no test
+      possible: `text` says why) or 'estimated'.
+    text: The numbers and reason, for the report.
+    estimate: The (widest, for `Within`) estimate, if any.
+    delta: The margin used (the spec's, or the resolution if larger).
+    seeds: Seeds finished for every run the check reads.
+    p_for: One-sided p that the effect is above 0 (equivalent, `Within`).
+    p_against: One-sided p that it is below delta (not equivalent).
+  """
+  status: str
   text: str
+  estimate: Optional[Estimate] = None
+  delta: float = 0.0
+  seeds: int = 0
+  p_for: float = 1.0
+  p_against: float = 1.0
 
 
-def resolution(claim: 'Claim', setting_label: str, measure: Measure,
-               level: Optional[float] = None,
-               eval_sizes: Optional[EvalSizes] = None) -> Resolution:
-  """What a difference on `measure` must exceed to count.
+def _paired_finding(claim: 'Claim', check, keys: Sequence[Key],
+                    values: Values, diff_fn, *, measure: Measure,
+                    setting: str, readings: int,
+                    eval_sizes: Optional[EvalSizes],
+                    examples: Optional[Examples]) -> Finding:
+  """The finding of a check whose seeds give one difference each.
 
-  - `rounds_to`: the evaluation grid (`--eval_every`): two runs that reach
-    the target at the same evaluated round are tied, however many rounds
-    apart they really were.
-  - an accuracy in % (`metric` ends in 'accuracy', `scale` 100): the
-    standard error of one evaluation, 100 sqrt(p (1 - p) / n), p the
-    accuracy level compared (`level`, in %) and n the predictions one
-    evaluation scores (`eval_sizes`; tokens for a language model, whose
-    neighbouring characters are not independent, so there this is a floor).
-    The papers evaluate each method on one fixed test set, as we do; a
-    difference below one evaluation's standard error is noise.
-  - anything else: 0 (no resolution stated; every nonzero difference
-    counts).
+  `diff_fn(scored values by key, seed) -> (d_s, terms)` computes a seed's
+  difference in the claimed direction and its combination of runs.
   """
-  setting = claim.setting(setting_label)
-  if measure.kind == 'rounds_to':
-    grid = tables.flag_value((*claim.flags, *setting.flags), 'eval_every')
-    grid = int(grid) if grid else 1
-    return Resolution(float(grid), f'the {grid}-round evaluation grid')
-  size = (eval_sizes or {}).get(setting_label)
-  if (measure.metric.endswith('accuracy') and measure.scale == 100.0 and
-      size and level is not None and math.isfinite(level)):
-    p = min(max(level / 100.0, 0.0), 1.0)
-    se = 100.0 * math.sqrt(p * (1.0 - p) / size)
-    return Resolution(se, f'one evaluation\'s standard error {se:.2f} '
-                      f'points ({size:,} predictions at {level:.1f}%)')
-  return Resolution(0.0, 'no resolution stated')
-
-
-def _level(*value_maps: Mapping[int, Optional[float]]) -> Optional[float]:
-  """The mean of the finite values of `value_maps` (the level compared)."""
-  got = [v for m in value_maps for v in m.values()
-         if v is not None and math.isfinite(v)]
-  return statistics.fmean(got) if got else None
-
-
-def _outcome(d: Optional[float], res: Resolution) -> str:
-  if d is None or math.isnan(d):
-    return MISSING
-  if abs(d) < res.value or d == 0:
-    return TIE
-  return FOR if d > 0 else AGAINST
-
-
-def _compare(va: Optional[float], vb: Optional[float], measure: Measure,
-             res: Resolution) -> tuple[str, Optional[float]]:
-  """One seed: (outcome, difference in the claimed direction or None).
-
-  `va` is the value of the method the claim favours. A `rounds_to` target
-  not reached is censored: against a run that reached it, the direction is
-  certain (a difference of at least the remaining rounds: it counts
-  whatever the grid); two censored runs tell nothing. Any other missing or
-  NaN value leaves the seed without an outcome (`MISSING`).
-  """
-  if measure.kind == 'rounds_to':
-    if va is None and vb is None:
-      return CENSORED, None
-    if va is None:
-      return AGAINST, None
-    if vb is None:
-      return FOR, None
-  if va is None or vb is None or math.isnan(va) or math.isnan(vb):
-    return MISSING, None
-  d = _better_sign(measure) * (va - vb)
-  return _outcome(d, res), d
-
-
-def _verdict_of(outcomes: Mapping[int, str], res: Resolution,
-                what_censored: str) -> tuple[str, str]:
-  """A check's verdict from its seeds' outcomes, with the reason.
-
-  - pending: fewer than `MIN_SEEDS` seeds have finished both runs;
-  - inconclusive: a finished run lacks its value (named), no seed
-    separates the methods (all censored, or tied within `res`), or the
-    seeds disagree (a tie included: a claim must hold on every seed);
-  - reproduced: every seed in the claimed direction, beyond `res`;
-  - not reproduced: every seed against it, beyond `res`.
-  """
-  if len(outcomes) < MIN_SEEDS:
-    return 'pending', f'{len(outcomes)} seed(s) finished'
-  missing = [s for s, o in sorted(outcomes.items()) if o == MISSING]
-  if missing:
-    return 'inconclusive', ('no value (missing or NaN) for seed(s) '
-                            f'{", ".join(map(str, missing))}')
-  kinds = set(outcomes.values())
-  if kinds == {FOR}:
-    return 'reproduced', f'every seed beyond {res.text}'
-  if kinds == {AGAINST}:
-    return 'not reproduced', f'every seed against it, beyond {res.text}'
-  if kinds == {CENSORED}:
-    return 'inconclusive', what_censored
-  if kinds <= {TIE, CENSORED}:
-    return 'inconclusive', f'tied within {res.text} on every seed'
-  counts = ', '.join(f'{sum(o == k for o in outcomes.values())} {k}'
-                     for k in (FOR, AGAINST, TIE, CENSORED) if k in kinds)
-  return 'inconclusive', f'the seeds disagree ({counts})'
-
-
-def paired_verdict(diffs: Sequence[float], res: float = 0.0) -> str:
-  """The verdict of per-seed differences in the claimed direction."""
-  r = Resolution(res, f'{res:g}')
-  return _verdict_of({s: _outcome(d, r) for s, d in enumerate(diffs)}, r,
-                     '')[0]
-
-
-def _fmt(values: Sequence[float], unit: str = '') -> str:
-  values = [v for v in values if v is not None]
-  if not values:
-    return 'n/a'
-  mean = statistics.fmean(values)
-  text = f'{mean:+.2f}' if unit == 'diff' else f'{mean:.2f}'
-  if len(values) > 1:
-    text += f' ± {statistics.stdev(values):.2f}'
-  return text
-
-
-def _censored_text(measure: Measure, setting: Setting) -> str:
-  return (f'no run reached {measure.label.replace("rounds to ", "")} in '
-          f'{setting.rounds} rounds')
-
-
-@dataclasses.dataclass(frozen=True)
-class Better:
-  """`method` beats `other` in `setting` on `measure`.
-
-  Attributes:
-    method: The method the paper says is better.
-    other: The method it beats.
-    setting: The setting's label.
-    measure: The measure's label (within the setting).
-  """
-  method: str
-  other: str
-  setting: str
-  measure: str
-
-  def describe(self) -> str:
-    return (f'{self.method} better than {self.other} ({self.setting}, '
-            f'{self.measure})')
-
-  def evaluate(self, claim: 'Claim', values: Values,
-               eval_sizes: Optional[EvalSizes] = None) -> tuple[str, str]:
-    setting, measure = claim.setting(self.setting), claim.measure(
-        self.setting, self.measure)
-    a = values.get((self.method, self.setting, self.measure), {})
-    b = values.get((self.other, self.setting, self.measure), {})
-    res = resolution(claim, self.setting, measure, _level(a, b), eval_sizes)
-    outcomes, diffs = {}, []
-    for seed in sorted(set(a) & set(b)):
-      outcomes[seed], d = _compare(a[seed], b[seed], measure, res)
-      diffs.append(d)
-    verdict, why = _verdict_of(outcomes, res,
-                               _censored_text(measure, setting))
-    if verdict == 'pending':
-      why += _so_far({self.method: a, self.other: b}, measure)
-    return verdict, (
-        f'difference in the claimed direction {_fmt(diffs, "diff")} over '
-        f'{len(outcomes)} seed(s); {why}')
-
-
-@dataclasses.dataclass(frozen=True)
-class GainLarger:
-  """`method`'s gain over `other` is larger in `larger` than in `smaller`.
-
-  The gain is the difference in the better direction of the measure
-  (labelled the same in both settings). A seed supports the claim only if
-  the gain at `larger` is a gain (> 0) and exceeds the gain at `smaller`:
-  d_s = min(gain_larger - gain_smaller, gain_larger). A loss that shrinks
-  with the setting is not the claimed growing gain. Values must be
-  measured (a censored `rounds_to` gives no gain: the seed has no value).
-  """
-  method: str
-  other: str
-  larger: str
-  smaller: str
-  measure: str
-
-  def describe(self) -> str:
-    return (f'gain of {self.method} over {self.other} larger at '
-            f'{self.larger} than at {self.smaller} ({self.measure})')
-
-  def evaluate(self, claim: 'Claim', values: Values,
-               eval_sizes: Optional[EvalSizes] = None) -> tuple[str, str]:
-    gains, finished = {}, {}
-    for label in (self.larger, self.smaller):
-      measure = claim.measure(label, self.measure)
-      sign = _better_sign(measure)
-      a = values.get((self.method, label, self.measure), {})
-      b = values.get((self.other, label, self.measure), {})
-      gains[label], finished[label] = {}, set(a) & set(b)
-      for seed in finished[label]:
-        va, vb = a[seed], b[seed]
-        ok = (va is not None and vb is not None and not math.isnan(va) and
-              not math.isnan(vb))
-        gains[label][seed] = sign * (va - vb) if ok else None
-    measure = claim.measure(self.larger, self.measure)
-    level = _level(*(values.get((m, s, self.measure), {}) for m in
-                     (self.method, self.other)
-                     for s in (self.larger, self.smaller)))
-    res = resolution(claim, self.larger, measure, level, eval_sizes)
-    outcomes, diffs = {}, []
-    for s in sorted(finished[self.larger] & finished[self.smaller]):
-      gl, gs = gains[self.larger][s], gains[self.smaller][s]
-      d = None if gl is None or gs is None else min(gl - gs, gl)
-      outcomes[s] = _outcome(d, res)
-      diffs.append(d)
-    verdict, why = _verdict_of(outcomes, res, '')
-    return verdict, (
-        f'gain at {self.larger} '
-        f'{_fmt(list(gains[self.larger].values()), "diff")}, at '
-        f'{self.smaller} {_fmt(list(gains[self.smaller].values()), "diff")}'
-        f'; {why}')
-
-
-@dataclasses.dataclass(frozen=True)
-class Within:
-  """The methods' means on `measure` lie within `spread` of each other.
-
-  The spread of the means over seeds is compared with `spread` widened and
-  narrowed by the measure's resolution (`resolution`, at the methods' mean
-  level): at most `spread - r` is reproduced, more than `spread + r` is
-  not, in between is inconclusive (with r = 0: at most `spread`).
-  """
-  methods: tuple[str, ...]
-  setting: str
-  measure: str
-  spread: float
-
-  def describe(self) -> str:
-    return (f'{", ".join(self.methods)} within {self.spread:g} of each '
-            f'other ({self.setting}, {self.measure})')
-
-  def evaluate(self, claim: 'Claim', values: Values,
-               eval_sizes: Optional[EvalSizes] = None) -> tuple[str, str]:
-    means, runs = {}, {}
-    for m in self.methods:
-      runs[m] = values.get((m, self.setting, self.measure), {})
-    short = [m for m in self.methods if len(runs[m]) < MIN_SEEDS]
-    if short:
-      m = short[0]
-      return 'pending', f'{m}: {len(runs[m])} seed(s) finished' + (
-          _so_far(runs))
-    for m in self.methods:
-      bad = [s for s, v in sorted(runs[m].items())
-             if v is None or math.isnan(v)]
+  registered = range(claim.seeds)
+  runs = {k: values.get(k, {}) for k in keys}
+  seeds = [s for s in registered if all(s in runs[k] for k in keys)]
+  got, worst = {}, {}
+  for k in keys:
+    s_measure = claim.measure(k[1], k[2])
+    got[k], worst[k] = {}, set()
+    for s in seeds:
+      got[k][s], bad = scored(claim, k[1], s_measure, runs[k][s])
       if bad:
-        return 'inconclusive', (f'{m}: no value (missing or NaN) for '
-                                f'seed(s) {", ".join(map(str, bad))}')
-      means[m] = statistics.fmean(runs[m].values())
-    measure = claim.measure(self.setting, self.measure)
-    res = resolution(claim, self.setting, measure,
-                     statistics.fmean(means.values()), eval_sizes)
-    spread = max(means.values()) - min(means.values())
-    numbers = f'spread of the means {spread:.2f} (' + ', '.join(
-        f'{m} {v:.2f}' for m, v in means.items()) + ')'
-    if res.value == 0.0:
-      verdict = 'reproduced' if spread <= self.spread else 'not reproduced'
-    elif spread <= self.spread - res.value:
-      verdict = 'reproduced'
-    elif spread > self.spread + res.value:
-      verdict = 'not reproduced'
-    else:
-      verdict = 'inconclusive'
-      numbers += f'; within {res.text} of the limit {self.spread:g}'
-    return verdict, numbers
+        worst[k].add(s)
+  diffs, terms_by_seed = [], {}
+  for s in seeds:
+    d, terms = diff_fn(got, s)
+    diffs.append(d + 0.0)  # No -0.0.
+    terms_by_seed[s] = terms
+  pending = len(seeds) < claim.seeds
+  if pending and len(seeds) < MIN_SEEDS:
+    text = f'{len(seeds)}/{claim.seeds} seeds finished'
+    if diffs:
+      text += f'; so far {diffs[0]:+.2f} on seed {seeds[0]}'
+    return Finding('pending', text + _so_far(runs, measure), seeds=len(seeds))
+  extra = ''
+  if measure.kind == 'rounds_to':
+    h = claim.setting(setting).rounds
+    both = [s for s in seeds if all(s in worst[k] for k in keys)]
+    if len(both) == len(seeds) and not pending:
+      return Finding('undecided', f'no run reached {_target(measure)} in '
+                     f'{h} rounds ({len(seeds)} seeds)', seeds=len(seeds))
+    var_test, test_text = _rounds_text(grid_of(claim, setting), readings)
+    resolution = float(grid_of(claim, setting))
+  else:
+    var_test, test_text = _test_variance(
+        claim, terms_by_seed, got, measure,
+        (eval_sizes or {}).get(setting), examples)
+    resolution = math.sqrt(var_test)
+  n_worst = sum(len(w) for w in worst.values())
+  if n_worst:
+    extra = (f'; {n_worst} run(s) missed the target or diverged, censored '
+             f'at the horizon' if measure.kind == 'rounds_to' else
+             f'; {n_worst} run(s) diverged, scored at chance '
+             f'{claim.chance:.3g}%')
+  f = _finding(check, Estimate(tuple(diffs), var_test, test_text),
+               resolution, extra)
+  if pending:
+    return dataclasses.replace(
+        f, status='pending', p_for=1.0, p_against=1.0,
+        text=f'{len(seeds)}/{claim.seeds} seeds finished; so far: ' +
+        f.text)
+  return f
 
 
-def _so_far(runs: Mapping[str, Mapping[int, Optional[float]]],
+def _finding(check, est: Estimate, resolution: float, extra: str) -> Finding:
+  delta = max(check.delta, resolution)
+  raised = (f' (raised from {check.delta:g} to the test set\'s resolution)'
+            if delta > check.delta else '')
+  lo, hi = est.interval()
+  paper = '' if check.paper is None else f'; the paper {check.paper:+g}'
+  text = (f'mean difference {est.mean:+.2f}{paper}; 90% interval '
+          f'[{lo:+.2f}, {hi:+.2f}] over {est.n} seeds (seeds ±'
+          f'{est.se_seeds:.2f}, test set ±{est.se_test:.2f}: '
+          f'{est.test_text}); δ {delta:.2f}{raised}{extra}')
+  return Finding('estimated', text, est, delta, est.n, est.p_above(0.0),
+                 est.p_below(delta))
+
+
+def _so_far(runs: Mapping[Key, Mapping[int, Optional[float]]],
             measure: Optional[Measure] = None) -> str:
-  """'; so far: A 57.34 (1 seed), ...' for the methods with a value.
+  """'; so far: A 57.34 (1 seed), ...' for the runs with a value.
 
   A `rounds_to` measure's values are whole rounds ('A 40 (1 seed)'), and a
   method whose finished runs all missed the target says so ('A not
@@ -349,8 +436,10 @@ def _so_far(runs: Mapping[str, Mapping[int, Optional[float]]],
   """
   rounds = measure is not None and measure.kind == 'rounds_to'
   have = []
-  for m, by_seed in runs.items():
-    got = [v for v in by_seed.values() if v is not None and not math.isnan(v)]
+  settings = {key[1] for key in runs}
+  for key, by_seed in runs.items():
+    m = key[0] if len(settings) == 1 else f'{key[0]} at {key[1]}'
+    got = [v for v in by_seed.values() if _finite(v)]
     seeds = len(got) or (len(by_seed) if rounds else 0)
     if not seeds:
       continue
@@ -364,49 +453,268 @@ def _so_far(runs: Mapping[str, Mapping[int, Optional[float]]],
   return '; so far: ' + ', '.join(have) if have else ''
 
 
-@dataclasses.dataclass(frozen=True)
-class Fastest:
-  """`method` reaches the target first: fewer rounds than each of `others`.
+class _Check:
+  """What every check shares: its one-check verdict (`evaluate`)."""
 
-  Per seed, the difference is the fewest rounds among `others` minus
-  `method`'s rounds; a target not reached is censored (`_compare`).
+  def evaluate(self, claim: 'Claim', values: Values,
+               eval_sizes: Optional[EvalSizes] = None,
+               examples: Optional[Examples] = None) -> tuple[str, str]:
+    """(verdict, numbers) of this check alone, at its own 5 % each way."""
+    f = self.finding(claim, values, eval_sizes, examples)
+    return _status_verdict(f, f.p_for, f.p_against), f.text
+
+
+def _status_verdict(f: Finding, p_for: float, p_against: float) -> str:
+  if f.status == 'pending':
+    return 'pending'
+  if f.status == 'undecided':
+    return 'inconclusive'
+  return _verdict(p_for, p_against)
+
+
+@dataclasses.dataclass(frozen=True)
+class Better(_Check):
+  """`method` beats `other` in `setting` on `measure`.
+
+  Attributes:
+    method: The method the paper says is better.
+    other: The method it beats.
+    setting: The setting's label.
+    measure: The measure's label (within the setting).
+    delta: The margin (module docstring, step 3), in the measure's unit.
+    role: One of `ROLES`.
+    paper: The paper's own difference, in the claimed direction, if it
+      gives one.
+  """
+  method: str
+  other: str
+  setting: str
+  measure: str
+  delta: float = 0.0
+  role: str = PRIMARY
+  paper: Optional[float] = None
+
+  def describe(self) -> str:
+    return (f'{self.method} better than {self.other} ({self.setting}, '
+            f'{self.measure})')
+
+  def finding(self, claim: 'Claim', values: Values,
+              eval_sizes: Optional[EvalSizes] = None,
+              examples: Optional[Examples] = None) -> Finding:
+    measure = claim.measure(self.setting, self.measure)
+    sign = _better_sign(measure)
+    a = (self.method, self.setting, self.measure)
+    b = (self.other, self.setting, self.measure)
+
+    def diff(got, s):
+      return sign * (got[a][s] - got[b][s]), [(sign, a), (-sign, b)]
+
+    return _paired_finding(claim, self, (a, b), values, diff,
+                           measure=measure, setting=self.setting, readings=2,
+                           eval_sizes=eval_sizes, examples=examples)
+
+
+@dataclasses.dataclass(frozen=True)
+class GainLarger(_Check):
+  """`method`'s gain over `other` is larger in `larger` than in `smaller`.
+
+  The gain is the difference in the better direction of the measure
+  (labelled the same in both settings). A seed's difference is
+  d_s = min(gain_larger - gain_smaller, gain_larger): a loss that shrinks
+  with the setting is not the claimed growing gain. Attributes as
+  `Better`'s.
+  """
+  method: str
+  other: str
+  larger: str
+  smaller: str
+  measure: str
+  delta: float = 0.0
+  role: str = PRIMARY
+  paper: Optional[float] = None
+
+  def describe(self) -> str:
+    return (f'gain of {self.method} over {self.other} larger at '
+            f'{self.larger} than at {self.smaller} ({self.measure})')
+
+  def finding(self, claim: 'Claim', values: Values,
+              eval_sizes: Optional[EvalSizes] = None,
+              examples: Optional[Examples] = None) -> Finding:
+    measure = claim.measure(self.larger, self.measure)
+    sign = _better_sign(measure)
+    keys = [(m, s, self.measure) for s in (self.larger, self.smaller)
+            for m in (self.method, self.other)]
+    al, bl, as_, bs = keys
+
+    def diff(got, s):
+      gl = sign * (got[al][s] - got[bl][s])
+      gs = sign * (got[as_][s] - got[bs][s])
+      return min(gl - gs, gl), [(sign, al), (-sign, bl), (-sign, as_),
+                                (sign, bs)]
+
+    f = _paired_finding(claim, self, keys, values, diff, measure=measure,
+                        setting=self.larger, readings=4,
+                        eval_sizes=eval_sizes, examples=examples)
+    if f.status != 'estimated':
+      return f
+    gains = []
+    for hi, lo in ((al, bl), (as_, bs)):
+      g = [sign * (scored(claim, hi[1], measure, values[hi][s])[0] -
+                   scored(claim, lo[1], measure, values[lo][s])[0])
+           for s in range(claim.seeds)]
+      gains.append(statistics.fmean(g))
+    return dataclasses.replace(f, text=(
+        f'gain at {self.larger} {gains[0]:+.2f}, at {self.smaller} '
+        f'{gains[1]:+.2f}; ' + f.text))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fastest(_Check):
+  """`method` does better than the best of `others`, seed by seed.
+
+  On rounds to a target: fewer rounds than each of the others (its claim,
+  "converges faster"); on a curve measure (the mean accuracy over rounds
+  1..H): a higher one. Per seed, the difference is against the best of
+  the others on that seed. Attributes as `Better`'s.
   """
   method: str
   others: tuple[str, ...]
   setting: str
   measure: str
+  delta: float = 0.0
+  role: str = PRIMARY
+  paper: Optional[float] = None
 
   def describe(self) -> str:
-    return (f'{self.method} reaches {self.measure} in fewer rounds than '
-            f'{", ".join(self.others)} ({self.setting})')
+    what = ('reaches ' + self.measure.replace('rounds to ', '') +
+            ' in fewer rounds than' if self.measure.startswith('rounds to')
+            else f'better {self.measure} than')
+    return (f'{self.method} {what} {", ".join(self.others)} '
+            f'({self.setting})')
 
-  def evaluate(self, claim: 'Claim', values: Values,
-               eval_sizes: Optional[EvalSizes] = None) -> tuple[str, str]:
-    setting = claim.setting(self.setting)
+  def finding(self, claim: 'Claim', values: Values,
+              eval_sizes: Optional[EvalSizes] = None,
+              examples: Optional[Examples] = None) -> Finding:
     measure = claim.measure(self.setting, self.measure)
-    if measure.kind != 'rounds_to':
-      raise ValueError(f'{self.describe()}: needs a rounds_to measure.')
-    runs = {m: values.get((m, self.setting, self.measure), {})
-            for m in (self.method, *self.others)}
-    res = resolution(claim, self.setting, measure, None, eval_sizes)
-    seeds = sorted(set.intersection(*(set(v) for v in runs.values())))
-    outcomes, diffs = {}, []
-    for s in seeds:
-      reached = [runs[m][s] for m in self.others if runs[m][s] is not None]
-      best_other = min(reached) if reached else None
-      outcomes[s], d = _compare(runs[self.method][s], best_other, measure,
-                                res)
-      diffs.append(d)
-    verdict, why = _verdict_of(outcomes, res,
-                               _censored_text(measure, setting))
-    if verdict == 'pending':
-      why += _so_far(runs, measure)
-    return verdict, (
-        f'rounds saved against the fastest other {_fmt(diffs, "diff")}; '
-        f'{why}')
+    sign = _better_sign(measure)
+    a = (self.method, self.setting, self.measure)
+    others = [(m, self.setting, self.measure) for m in self.others]
+
+    def diff(got, s):
+      best = max(others, key=lambda k: sign * got[k][s])  # First of ties.
+      return sign * (got[a][s] - got[best][s]), [(sign, a), (-sign, best)]
+
+    return _paired_finding(claim, self, (a, *others), values, diff,
+                           measure=measure, setting=self.setting, readings=2,
+                           eval_sizes=eval_sizes, examples=examples)
+
+
+@dataclasses.dataclass(frozen=True)
+class Within(_Check):
+  """The methods' means on `measure` lie within `spread` of each other.
+
+  An equivalence test (module docstring, step 4): every pair's paired
+  mean difference against +-`spread`, which is this check's margin.
+
+  Attributes:
+    methods: The methods.
+    setting: The setting's label.
+    measure: The measure's label.
+    spread: The equivalence margin, in the measure's unit.
+    role: One of `ROLES`.
+  """
+  methods: tuple[str, ...]
+  setting: str
+  measure: str
+  spread: float
+  role: str = PRIMARY
+  paper: Optional[float] = None
+
+  @property
+  def delta(self) -> float:
+    return self.spread
+
+  def describe(self) -> str:
+    return (f'{", ".join(self.methods)} within {self.spread:g} of each '
+            f'other ({self.setting}, {self.measure})')
+
+  def finding(self, claim: 'Claim', values: Values,
+              eval_sizes: Optional[EvalSizes] = None,
+              examples: Optional[Examples] = None) -> Finding:
+    measure = claim.measure(self.setting, self.measure)
+    keys = [(m, self.setting, self.measure) for m in self.methods]
+    pairs = [(keys[i], keys[j]) for i in range(len(keys))
+             for j in range(i + 1, len(keys))]
+    found = []
+    for a, b in pairs:
+      found.append(_paired_finding(
+          claim, Better(a[0], b[0], self.setting, self.measure, self.spread),
+          (a, b), values,
+          lambda got, s, a=a, b=b: (got[a][s] - got[b][s],
+                                    [(1.0, a), (-1.0, b)]),
+          measure=measure, setting=self.setting, readings=2,
+          eval_sizes=eval_sizes, examples=examples))
+    if any(f.status == 'pending' for f in found):
+      seeds = min(f.seeds for f in found)
+      return Finding('pending', f'{seeds}/{claim.seeds} seeds finished' +
+                     _so_far({k: values.get(k, {}) for k in keys}),
+                     seeds=seeds)
+    p_equiv, p_out, widest = [], [], None
+    for f in found:
+      est = f.estimate
+      p_equiv.append(max(est.p_above(-self.spread),
+                         est.p_below(self.spread)))
+      p_out.append(min(est.p_above(self.spread),
+                       est.p_below(-self.spread)))
+      if widest is None or max(map(abs, est.interval())) > max(
+          map(abs, widest[1].interval())):
+        widest = ((f, est))
+    (a, b), est = pairs[found.index(widest[0])], widest[1]
+    lo, hi = est.interval()
+    means = ', '.join(f'{k[0]} {self._mean(claim, measure, values[k]):.2f}'
+                      for k in keys)
+    text = (f'means {means}; the widest pair {a[0]} - {b[0]} '
+            f'{est.mean:+.2f}, 90% interval [{lo:+.2f}, {hi:+.2f}] over '
+            f'{est.n} seeds (seeds ±{est.se_seeds:.2f}, test set '
+            f'±{est.se_test:.2f}: {est.test_text}); margin ±{self.spread:g}'
+            f' (TOST, {len(pairs)} pairs)')
+    return Finding('estimated', text, est, self.spread, est.n, max(p_equiv),
+                   min(holm(p_out)))
+
+
+  def _mean(self, claim: 'Claim', measure: Measure,
+            by_seed: Mapping[int, Optional[float]]) -> float:
+    """A method's mean over the registered seeds, diverged runs worst."""
+    return statistics.fmean(
+        scored(claim, self.setting, measure, by_seed[s])[0]
+        for s in range(claim.seeds))
 
 
 Check = Better | GainLarger | Within | Fastest
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """One check's verdict in its claim.
+
+  Attributes:
+    check: The check.
+    verdict: One of `VERDICTS`.
+    numbers: Its numbers and reason, for the report.
+    finding: What its runs say (`Finding`).
+    p_for: Its p-value for the claim, adjusted (Holm) if primary.
+    p_against: Its p-value against it, adjusted (Holm) if primary.
+  """
+  check: Check
+  verdict: str
+  numbers: str
+  finding: Finding
+  p_for: float
+  p_against: float
+
+  def interval(self) -> Optional[tuple[float, float]]:
+    est = self.finding.estimate
+    return None if est is None else est.interval()
 
 
 # --- Tuning ------------------------------------------------------------------
@@ -487,12 +795,15 @@ class Claim:
     tunings: The methods whose hyper-parameter is picked first (`Tuning`).
     seeds: The seeds registered for its runs (0..seeds-1), fixed with the
       checks: `binaries.claims` runs these unless `--seeds` says otherwise,
-      and its reports count the claim's runs against them, whichever
-      process writes them. At least `MIN_SEEDS`, or no check could leave
-      'pending'.
+      its reports count the claim's runs against them, whichever process
+      writes them, and a check waits for all of them ('pending').
+    chance: The accuracy of a guess, in %: a diverged run's score.
+    rule: How the claim's verdict follows from its primary checks, in
+      words, for the report (`evaluate` applies it).
 
   Raises:
-    ValueError: If `seeds` is below `MIN_SEEDS`.
+    ValueError: If `seeds` is below `MIN_SEEDS`, no check is primary, a
+      check's role is not one of `ROLES`, or its margin is not positive.
   """
   name: str
   statement: str
@@ -504,11 +815,26 @@ class Claim:
   paper_numbers: str = ''
   tunings: tuple[Tuning, ...] = ()
   seeds: int = 3
+  chance: float = 10.0
+  rule: str = ('reproduced when every primary check is, not reproduced '
+               'when any is')
 
   def __post_init__(self):
     if self.seeds < MIN_SEEDS:
       raise ValueError(f'claim {self.name}: seeds={self.seeds}, but a '
                        f'verdict needs at least {MIN_SEEDS} seeds.')
+    for c in self.checks:
+      if c.role not in ROLES:
+        raise ValueError(f'claim {self.name}: {c.describe()}: role '
+                         f'{c.role!r}, expected one of {", ".join(ROLES)}.')
+      if not c.delta > 0:
+        raise ValueError(f'claim {self.name}: {c.describe()}: delta must '
+                         f'be > 0, got {c.delta!r}.')
+    if self.checks and not any(c.role == PRIMARY for c in self.checks):
+      raise ValueError(f'claim {self.name}: no primary check.')
+    if not 0.0 <= self.chance < 100.0:
+      raise ValueError(f'claim {self.name}: chance must be in [0, 100), '
+                       f'got {self.chance!r}.')
 
   def setting(self, label: str) -> Setting:
     for s in self.settings:
@@ -558,21 +884,42 @@ class Claim:
 
 
 def evaluate(claim: Claim, values: Values,
-             eval_sizes: Optional[EvalSizes] = None
-             ) -> tuple[str, list[tuple[Check, str, str]]]:
-  """The claim's verdict and each check's (check, verdict, numbers).
+             eval_sizes: Optional[EvalSizes] = None,
+             examples: Optional[Examples] = None
+             ) -> tuple[str, list[Result]]:
+  """The claim's verdict and each check's `Result`.
 
-  The claim's verdict, in this order: not reproduced if any check is;
-  reproduced if every check is; pending if any check is; inconclusive
-  otherwise.
+  Holm's adjustment runs over the primary checks (a pending or undecided
+  one counts with p = 1), the "for" and "against" p-values each as one
+  family; the other checks are read at their own 5 %. The claim's
+  verdict, from its primary checks: reproduced if every one is; not
+  reproduced if any is; pending if any is; inconclusive otherwise.
   """
-  results = [(check, *check.evaluate(claim, values, eval_sizes))
-             for check in claim.checks]
-  verdicts = [v for _, v, _ in results]
-  if any(v == 'not reproduced' for v in verdicts):
-    overall = 'not reproduced'
-  elif all(v == 'reproduced' for v in verdicts):
+  findings = [c.finding(claim, values, eval_sizes, examples)
+              for c in claim.checks]
+  primary = [i for i, c in enumerate(claim.checks) if c.role == PRIMARY]
+  p_for = [f.p_for for f in findings]
+  p_against = [f.p_against for f in findings]
+  for ps in (p_for, p_against):
+    adjusted = holm([ps[i] if findings[i].status == 'estimated' else 1.0
+                     for i in primary])
+    for i, p in zip(primary, adjusted):
+      ps[i] = p
+  results = []
+  for i, (check, f) in enumerate(zip(claim.checks, findings)):
+    verdict = _status_verdict(f, p_for[i], p_against[i])
+    numbers = f.text
+    if f.status == 'estimated':
+      holm_text = ', Holm' if i in primary else ''
+      numbers += (f'; p{holm_text}: {p_for[i]:.3g} for, {p_against[i]:.3g} '
+                  f'against')
+    results.append(Result(check, verdict, numbers, f, p_for[i],
+                          p_against[i]))
+  verdicts = [results[i].verdict for i in primary]
+  if all(v == 'reproduced' for v in verdicts):
     overall = 'reproduced'
+  elif any(v == 'not reproduced' for v in verdicts):
+    overall = 'not reproduced'
   elif any(v == 'pending' for v in verdicts):
     overall = 'pending'
   else:

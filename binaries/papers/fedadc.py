@@ -8,8 +8,9 @@ FedADC: Accelerated Federated Learning with Drift Control.
   against FedAvg, MOON, FedGKD, FedNTD, FedDyn, FedProx and FedRS.
 - Claim (`CLAIM`, `binaries.claims --claims=fedadc`): under
   sort-and-partition (two classes per client, 20% participation) FedADC
-  beats FedAvg and SlowMo (Table I, Figure 3), and the paper's other
-  baselines FedGKD, FedNTD, FedRS and MOON; tested on MNIST-5k.
+  beats FedAvg and SlowMo (Table I, Figure 3), and the table's other
+  baselines FedGKD, FedNTD, FedRS, MOON, FedDyn and FedProx; tested on
+  MNIST-5k.
 """
 
 from binaries import tables
@@ -149,9 +150,9 @@ SPECS = (FEDADC_T1,)
 
 # The FedADC paper's other baselines (Table I), at its Section IV-A settings:
 # FedGKD lambda 0.1 on tau^2 KL (gamma 0.2) and tau 0.5, FedNTD beta 0.3 and
-# tau 1, FedRS alpha 0.5, each with local momentum 0.9; each weighted as its
-# authors' code (binaries.train's registry). Added with issue 27, after the
-# FedAvg / SlowMo checks had run; those checks are unchanged.
+# tau 1, FedRS alpha 0.5, each with local momentum 0.9; FedDyn (alpha as the
+# table's, uniform mean as its paper) and FedProx (mu 0.01 as the table's);
+# each weighted as its authors' code (binaries.train's registry).
 _FEDADC_BASELINES = (
     Method('FedGKD', ('--algorithm=fedgkd', '--gkd_gamma=0.2',
                       '--gkd_temperature=0.5', '--gkd_buffer_size=5',
@@ -169,8 +170,24 @@ _FEDADC_BASELINES = (
     Method('MOON', ('--algorithm=moon', '--moon_temperature=0.5',
                     '--client_lr=0.01', '--server_opt=sgd', '--server_lr=1.0',
                     *shared.BY_EXAMPLES), model_suffix='_proj'),
+    Method('FedDyn', ('--algorithm=feddyn',
+                      f'{FEDDYN_ALPHA_FLAG}={shared.FEDDYN_ALPHA}',
+                      '--server_opt=sgd', '--server_lr=1.0',
+                      *shared.UNIFORM)),
+    Method('FedProx', ('--algorithm=fedprox', '--mu=0.01',
+                       '--server_opt=sgd', '--server_lr=1.0',
+                       *shared.BY_EXAMPLES)),
 )
 _MOON_MUS = ('1', '5')
+# The paper's Table I differences, CIFAR-10 s=2 C=0.2: FedADC 81.13 against
+# each baseline.
+_PAPER_GAP = {'FedAvg': 10.58, 'FedGKD': 5.85, 'FedNTD': 6.78,
+              'FedRS': 12.03, 'MOON': 29.6, 'FedDyn': 0.55, 'FedProx': 16.46}
+# The margin: one point. The paper's gaps are 0.55-29.6 points on CIFAR-10
+# at 70-81 %; near MNIST's ceiling (94-97 %) a gain under one point is not
+# the effect the table shows, and one difference of two evaluations on the
+# 1,000 test images has a standard error of ~0.8 point there.
+_DELTA = 1.0
 
 
 def _fedadc_claim() -> Claim:
@@ -191,8 +208,8 @@ def _fedadc_claim() -> Claim:
           f'machine lacks, 100 clients of two classes (sort and partition), '
           f'20 per round, 2 local epochs, batch 10, client SGD lr 0.05, '
           f'beta 0.9, small_cnn for the paper\'s 4-conv + 4-dense CIFAR '
-          f'CNN, {rounds} rounds of the paper\'s 500 (the setting issue 17 '
-          f'registered, kept by issue 30; FedAvg still gains at round 100: '
+          f'CNN, {rounds} rounds of the paper\'s 500 (FedAvg still gains at '
+          f'round 100: '
           f'94.7 / 96.0 / 96.5 % over rounds 41-50 / 71-80 / 91-100 on '
           f'seed 0)'),
       methods=(Method('FedAvg', shared.FEDAVG),
@@ -204,13 +221,22 @@ def _fedadc_claim() -> Claim:
       settings=(setting,),
       flags=('--client_epochs=2', '--client_opt=sgd', '--client_lr=0.05',
              '--client_batch_size=10', '--eval_every=5'),
-      checks=(Better('FedADC', 'FedAvg', 's=2 C=0.2', 'last 10'),
-              Better('FedADC', 'SlowMo', 's=2 C=0.2', 'last 10'),
-              *(Better('FedADC', m.label, 's=2 C=0.2', 'last 10')
+      # Primary: the two comparisons the claim names (FedAvg, Table I;
+      # SlowMo, Figure 3); the table's other baselines are secondary, each
+      # read at its own 5 %.
+      checks=(Better('FedADC', 'FedAvg', 's=2 C=0.2', 'last 10', _DELTA,
+                     paper=_PAPER_GAP['FedAvg']),
+              Better('FedADC', 'SlowMo', 's=2 C=0.2', 'last 10', _DELTA),
+              *(Better('FedADC', m.label, 's=2 C=0.2', 'last 10', _DELTA,
+                       role=verdicts.SECONDARY, paper=_PAPER_GAP[m.label])
                 for m in _FEDADC_BASELINES)),
       tunings=(Tuning('MOON', 'moon_mu', _MOON_MUS, 's=2 C=0.2', 'last 10'),),
-      seeds=3,
-      paper_numbers='Table I, CIFAR-10 s=2 C=0.2: FedAvg 70.55, FedADC 81.13')
+      seeds=5,
+      rule=('reproduced when FedADC is better than both FedAvg and SlowMo '
+            '(Holm over the two), not reproduced when either is ruled out'),
+      paper_numbers=('Table I, CIFAR-10 s=2 C=0.2: FedAvg 70.55, FedGKD '
+                     '75.28, FedNTD 74.35, FedDyn 80.58, FedProx 64.67, MOON '
+                     '51.53, FedRS 69.1, FedADC 81.13'))
 
 
 CLAIM = _fedadc_claim()

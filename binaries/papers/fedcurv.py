@@ -109,6 +109,11 @@ SPECS = (FEDCURV_T1,)
 _CURV_TARGETS = (0.95, 0.90, 0.85)
 
 
+# The paper's Table 1 (E = 50) rounds saved by FedCurv at 95 / 90 / 85 %.
+_CURV_PAPER_GAP = {'FedAvg': (38.0, 21.0, 16.0),
+                   'FedProx': (102.0, 13.0, 10.0)}
+
+
 def _fedcurv_claim() -> Claim:
   # 40 rounds, not the 100 first registered (2026-11-26, before any run
   # reached a check: only the first tuning run had started, 3 rounds in).
@@ -121,7 +126,9 @@ def _fedcurv_claim() -> Claim:
   rounds = 40
   measures = tuple(Measure(f'rounds to {t:.0%}', 'rounds_to', t, scale=1.0)
                    for t in _CURV_TARGETS) + (
-                       Measure('last 10', 'last_mean', 10),)
+                       Measure('last 10', 'last_mean', 10),
+                       # The curve measure beside rounds to a target.
+                       Measure(f'mean 1-{rounds}', 'mean'))
   setting = Setting('E=50', (*shared.MNIST5K, *shared.task_options(
       partition='fedcurv', num_clients=96, model='fedcurv_cnn'),
                              '--client_epochs=50'), rounds, measures)
@@ -168,9 +175,21 @@ def _fedcurv_claim() -> Claim:
       flags=('--client_opt=sgd', '--client_lr=0.01',
              '--client_batch_size=16', '--clients_per_round=0',
              '--eval_every=1', '--checkpoint_every=2'),
-      checks=tuple(Better('FedCurv', other, 'E=50', m.label)
+      # Primary: the six rounds to a target (the table's claim), margin 5
+      # rounds: the paper's gaps are 10-102 rounds, and one evaluation's
+      # noise near 90 % (~0.95 point) against curves climbing 0.07-0.19
+      # point a round is 5-13 rounds. Beside them, the mean accuracy over
+      # rounds 1-40 (margin one point), which needs no censoring.
+      checks=tuple(Better('FedCurv', other, 'E=50', m.label, 5.0,
+                          paper=_CURV_PAPER_GAP[other][i])
                    for other in ('FedAvg', 'FedProx')
-                   for m in measures[:len(_CURV_TARGETS)]),
+                   for i, m in enumerate(measures[:len(_CURV_TARGETS)])) +
+      tuple(Better('FedCurv', other, 'E=50', f'mean 1-{rounds}', 1.0,
+                   role=verdicts.SECONDARY)
+            for other in ('FedAvg', 'FedProx')),
+      rule=('reproduced when FedCurv reaches every target in fewer rounds '
+            'than both FedAvg and FedProx (Holm over the six), not '
+            'reproduced when any is ruled out'),
       tunings=(Tuning('FedCurv', 'lam', ('1', '3', '10', '30'), 'E=50',
                       'rounds to 90%'),),
       seeds=3,

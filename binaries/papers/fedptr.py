@@ -249,17 +249,29 @@ def _fedptr_claim() -> Claim:
                                       '--layer_adaptive', *common))),
       settings=(setting,),
       # A checkpoint every 2 rounds (~7 min of FedPTR-S here), not 10 (~35
-      # min): a session that ends mid-run recomputes at most one logged
-      # round. How a run computes, not what (`binaries.train`'s
+      # min): a run stopped mid-way recomputes at most one logged round.
+      # How a run computes, not what (`binaries.train`'s
       # RESUMABLE_CHANGES), so runs begun with 10 resume under it.
       flags=('--client_epochs=1', '--client_opt=sgdm', '--client_lr=0.01',
              '--client_batch_size=50', '--eval_every=1',
              '--checkpoint_every=2'),
-      checks=(Better(_PTR_FIXED, 'FedAvg', label, 'last 5'),
-              Better(_PTR_FIXED, 'FedProx', label, 'last 5'),
-              Better(_PTR_ADAPTIVE, 'FedAvg', label, 'last 5'),
-              Better(_PTR_ADAPTIVE, 'FedProx', label, 'last 5'),
-              Better(_PTR_ADAPTIVE, _PTR_FIXED, label, 'last 5')),
+      # Primary: FedPTR-S (Eq. 2, the fixed mu) against FedAvg and FedProx
+      # (Table 1), and the layer-adaptive mu against the fixed (Table 4);
+      # the layer-adaptive mu against the baselines is secondary. Margin
+      # one point: the paper's Table 4 gains are 3.5-6.9 points; near
+      # MNIST's 96.7 % one difference of two evaluations on 1,000 test
+      # images has a standard error of ~0.8 point.
+      checks=(Better(_PTR_FIXED, 'FedAvg', label, 'last 5', 1.0),
+              Better(_PTR_FIXED, 'FedProx', label, 'last 5', 1.0),
+              Better(_PTR_ADAPTIVE, _PTR_FIXED, label, 'last 5', 1.0,
+                     paper=6.94),
+              Better(_PTR_ADAPTIVE, 'FedAvg', label, 'last 5', 1.0,
+                     role=verdicts.SECONDARY),
+              Better(_PTR_ADAPTIVE, 'FedProx', label, 'last 5', 1.0,
+                     role=verdicts.SECONDARY)),
+      rule=('reproduced when FedPTR-S beats FedAvg and FedProx and the '
+            'layer-adaptive mu beats the fixed one (Holm over the three), '
+            'not reproduced when any is ruled out'),
       tunings=(Tuning('FedProx', 'mu', ('0.001', '0.01', '0.1'), label,
                       'last 5'),
                Tuning(_PTR_FIXED, 'mu', _PTR_MUS, label, 'last 5'),
