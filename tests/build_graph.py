@@ -63,8 +63,8 @@ class _Package:
     self.repo = repo
     self.package = package
     self.folder = os.path.join(repo, package)
-    self.subpackages = [p for p in subpackages
-                        if p != package and p.startswith(package)]
+    self.subpackages = [p for p in subpackages if p != package and
+                        (not package or p.startswith(package + '/'))]
     self.targets = {}
 
   def glob(self, include, exclude=()):

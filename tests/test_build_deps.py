@@ -67,7 +67,7 @@ def _write(root, path, text):
 
 @pytest.fixture
 def toy_repo(tmp_path):
-  """lib/ (two modules, one nested) and tests/ (a test importing another)."""
+  """lib/ (modules, one nested, and a subpackage) and tests/."""
   root = str(tmp_path)
   _write(root, 'lib/BUILD', '''
       py_library(name = "lib", srcs = glob(["**/*.py"]))
@@ -76,6 +76,9 @@ def toy_repo(tmp_path):
   _write(root, 'lib/a.py', 'from . import b\n')
   _write(root, 'lib/deep/b.py', '')
   _write(root, 'lib/b.py', '')
+  # A package of its own: not in lib's glob.
+  _write(root, 'lib/sub/BUILD', 'py_library(name = "sub", srcs = ["c.py"])')
+  _write(root, 'lib/sub/c.py', '')
   _write(root, 'tests/__init__.py', '')
   _write(root, 'tests/test_one.py', '''
       def test():
@@ -105,6 +108,7 @@ def test_a_file_imported_two_steps_away_must_be_data(toy_repo):
   targets = _toy_build(toy_repo, ['test_two.py'])
   assert targets['//lib:lib'].srcs == ['lib/__init__.py', 'lib/a.py',
                                        'lib/b.py', 'lib/deep/b.py']
+  assert targets['//lib/sub:sub'].srcs == ['lib/sub/c.py']
   assert targets['//tests:test_one'].tags == ['slow']
   assert build_graph.missing_imports('//tests:test_one', targets,
                                      toy_repo) == [
