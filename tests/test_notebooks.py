@@ -34,11 +34,11 @@ _ROUNDS_LINE = re.compile(r'^ROUNDS = \d+$', re.MULTILINE)
 
 def _run_test_rounds(notebook, name):
   """Rewrites the notebook's one `ROUNDS = N` line to `TEST_ROUNDS`."""
-  cells = [c for c in notebook.cells
-           if c.cell_type == 'code' and _ROUNDS_LINE.search(c.source)]
-  assert len(cells) == 1, f'{name}: expected one "ROUNDS = N" line'
-  cells[0].source = _ROUNDS_LINE.sub(f'ROUNDS = {TEST_ROUNDS}',
-                                     cells[0].source)
+  code = [c for c in notebook.cells if c.cell_type == 'code']
+  lines = sum(len(_ROUNDS_LINE.findall(c.source)) for c in code)
+  assert lines == 1, f'{name}: expected one "ROUNDS = N" line, found {lines}'
+  for cell in code:
+    cell.source = _ROUNDS_LINE.sub(f'ROUNDS = {TEST_ROUNDS}', cell.source)
 
 
 def _executions():
@@ -70,9 +70,15 @@ def test_rounds_line_is_rewritten():
   _run_test_rounds(notebook, 'x.ipynb')
   assert [c.source for c in notebook.cells] == [
       f'ROUNDS = {TEST_ROUNDS}\nsetup = 1', 'x = ROUNDS = 3']
-  with pytest.raises(AssertionError, match='expected one "ROUNDS = N" line'):
+  with pytest.raises(AssertionError,
+                     match='expected one "ROUNDS = N" line, found 0'):
     _run_test_rounds(nbformat.v4.new_notebook(cells=[notebook.cells[1]]),
                      'x.ipynb')
+  twice = nbformat.v4.new_notebook(cells=[
+      nbformat.v4.new_code_cell('ROUNDS = 20\nROUNDS = 10')])
+  with pytest.raises(AssertionError,
+                     match='expected one "ROUNDS = N" line, found 2'):
+    _run_test_rounds(twice, 'x.ipynb')
 
 
 @pytest.mark.parametrize('path', _executions())
