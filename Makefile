@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test bazel-test clean-venv data data-mnist5k data-shakespeare claims claims-background docs
+.PHONY: venv run test test-fast bazel-test clean-venv data data-mnist5k data-shakespeare claims claims-background docs
 
 venv: $(STAMP)
 
@@ -21,8 +21,15 @@ $(STAMP): requirements.txt
 run: venv
 	$(PY) -m binaries.train $(ARGS)
 
+# pytest.ini's --dist loadgroup keeps each module on one worker (see
+# tests/conftest.py); -rs lists why each skipped test was skipped.
 test: venv
-	$(PY) -m pytest -n 2 -q tests
+	$(PY) -m pytest -n 2 -q -rs tests
+
+# The quick loop for local work: every test but the notebooks and the files
+# tagged "slow" in tests/BUILD (the same tags are pytest markers).
+test-fast: venv
+	$(PY) -m pytest -n 2 -q -rs -m "not slow and not notebooks" tests
 
 # The same tests as Bazel targets (Debian's bazel-bootstrap, offline; see
 # docs/testing.md).

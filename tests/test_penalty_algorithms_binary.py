@@ -3,6 +3,8 @@
 Two rounds each; metrics.csv must carry the per-client bytes of the FedFOR
 paper's Table 1 (cross-device): FedProx sends one model each way, FedFOR two
 models (and a flag byte) down, FedCurv three vectors each way, SCAFFOLD two.
+Each ends somewhere other than FedAvg's run on the same flags, so the binary
+runs the algorithm its flag names.
 """
 
 import csv
@@ -14,9 +16,12 @@ import pytest
 from binaries import train
 from tests import binary
 
-FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
-        '--rounds=2', '--eval_every=2', '--seed=1', '--server_opt=sgd',
-        '--server_lr=1.0']
+# Three clients, all in every round: round 2's clients carry state from
+# round 1 (SCAFFOLD's controls are zero at a client's first round, where it
+# equals FedAvg).
+FAST = ['--task=digits', '--task_option=num_clients=3',
+        '--clients_per_round=3', '--client_epochs=1', '--rounds=2',
+        '--eval_every=2', '--seed=1', '--server_opt=sgd', '--server_lr=1.0']
 RUNS = {
     'fedprox': ['--mu=0.01'],
     'fedfor': ['--alpha=5'],
@@ -41,6 +46,21 @@ def runs(tmp_path_factory):
       hparams = json.load(f)
     out[name] = (rows, hparams)
   return out
+
+
+@pytest.fixture(scope='module')
+def fedavg_rows(tmp_path_factory):
+  output_dir = str(tmp_path_factory.mktemp('fedavg') / 'run')
+  assert _run(*FAST, '--algorithm=fedopt', f'--output_dir={output_dir}') == 0
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize('name', list(RUNS))
+def test_each_ends_somewhere_other_than_fedavg(runs, fedavg_rows, name):
+  got = float(runs[name][0][-1]['eval_loss'])
+  want = float(fedavg_rows[-1]['eval_loss'])
+  assert abs(got - want) > 1e-4 * want, (name, got, want)
 
 
 def test_runs_two_rounds_and_records_hyper_parameters(runs):
