@@ -169,7 +169,9 @@ def test_reports_on_fabricated_runs(tmp_path, capsys, monkeypatch):
   assert ('- FedADC better than SlowMo (s=2 C=0.2, last 10): '
           '**inconclusive**' in table)
   summary = open(os.path.join(out, 'claims.md')).read()
-  assert '**inconclusive**' in summary and '29/29 runs finished' in summary
+  # 9 methods x 3 seeds, and the tunings' candidates (MOON 2, FedDyn 3,
+  # FedProx 3) on their seed.
+  assert '**inconclusive**' in summary and '35/35 runs finished' in summary
   assert os.path.exists(os.path.join(out, 'fedadc', 'curves.png'))
   with open(os.path.join(out, 'claims.csv')) as f:
     rows = list(csv.DictReader(f))
@@ -240,12 +242,13 @@ def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
   assert [r.split(' | ')[0] for r in rows[1:]] == [
       '| FedADC', '| Federated Learning with Projected Trajectory '
       'Regularization']
-  # FedADC's runs are counted against the 5 seeds it registers (2 tuning
-  # runs and 9 methods x 5 seeds), not the 2 of the command that wrote the
-  # summary last; FedPTR's, run now, against that command's 2 (9 tuning
-  # runs and 4 methods x 2 seeds).
+  # FedADC's runs are counted against the 5 seeds it registers (8 tuning
+  # runs: MOON 2, FedDyn 3, FedProx 3; and 9 methods x 5 seeds), not the 2
+  # of the command that wrote the summary last (8 + 9 x 2 = 26 finished);
+  # FedPTR's, run now, against that command's 2 (9 tuning runs and 4
+  # methods x 2 seeds).
   assert claims.CLAIMS['fedadc'].seeds == 5
-  assert '20/47 runs finished' in rows[1]
+  assert '26/53 runs finished' in rows[1]
   assert '17/17 runs finished' in rows[2]
   with open(os.path.join(out, 'claims.csv')) as f:
     assert {r['claim'] for r in csv.DictReader(f)} == {'fedadc', 'fedptr'}
