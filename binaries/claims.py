@@ -90,6 +90,7 @@ from typing import Any, Optional
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+import binaries  # pylint: disable=g-bad-import-order
 from binaries import reproduce  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
 from binaries import tables  # pylint: disable=g-import-not-at-top
@@ -776,4 +777,4 @@ def _fail(message: str) -> None:
 
 
 if __name__ == '__main__':
-  main(sys.argv)
+  binaries.run_main('claims', main, sys.argv)

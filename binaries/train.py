@@ -264,6 +264,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     UsageError: If a flag is unknown, has no value, or has a value of the
       wrong kind or out of its range.
   """
+  binaries.note_args(argv[1:])
   try:
     return FLAGS(argv)
   except (flags.Error, ValueError) as e:
@@ -1072,6 +1073,7 @@ def main(argv):
           '--name=value).')
   hparams = None
   created = None  # The output directory, if this invocation creates it.
+  previous = binaries.stop_on_signals()
   try:
     hparams = resolve_hparams()
     note = ignored_flags_note(hparams)
@@ -1083,13 +1085,10 @@ def main(argv):
   except UsageError as e:
     _remove_if_no_files(created)
     _fail(str(e))
-  except KeyboardInterrupt:
-    # Ctrl-C: what was written stays (metrics.csv and checkpoints are
-    # written atomically); no traceback, the shell's 128 + SIGINT.
-    where = f' ({hparams["output_dir"]})' if hparams else ''
-    print(f'train: interrupted; resume with the same command{where}.',
-          file=sys.stderr, flush=True)
-    sys.exit(130)
+  except KeyboardInterrupt as e:
+    # Ctrl-C, SIGTERM or SIGHUP: the loop checkpointed its last finished
+    # round (`training_loop.run_training`); what was written stays.
+    _exit_interrupted(e, hparams)
   except runtime.WorkerError as e:
     # A worker died or failed mid-run. Nothing written is lost: metrics.csv
     # and the checkpoints are rewritten atomically, and a re-run resumes.
@@ -1097,7 +1096,26 @@ def main(argv):
           'same command again (with the worker back) to resume from the last '
           'checkpoint.')
   finally:
+    binaries.restore_signals(previous)
     output_lock.release_all()
+
+
+def _exit_interrupted(error: KeyboardInterrupt, hparams) -> None:
+  """One line: what is kept, the command that resumes; exit 130 or 143.
+
+  The command is this one, with --output_dir added when it was left to its
+  dated default (the same command would start a new run).
+  """
+  done = ''
+  extra = []
+  if hparams:
+    saved = getattr(error, 'checkpointed_round', None)
+    where = hparams['output_dir']
+    done = (f'round {saved} checkpointed in {where}' if saved else
+            f'results in {where}')
+    if FLAGS.output_dir is None:
+      extra.append(f'--output_dir={where}')
+  binaries.exit_interrupted('train', error, done=done, extra=extra)
 
 
 def _remove_if_no_files(path) -> None:
@@ -1139,4 +1157,5 @@ def _help_requested(argv) -> bool:
 if __name__ == '__main__':
   if _help_requested(sys.argv):
     sys.exit(0)
-  app.run(main, flags_parser=parse_flags_or_exit)
+  with binaries.quiet_after_interrupt():
+    app.run(main, flags_parser=parse_flags_or_exit)

@@ -231,10 +231,14 @@ def start_worker_binary(binary: str, env: dict[str, str], *, max_calls: int,
   deadline = time.monotonic() + start_timeout
   for _ in range(PORT_ATTEMPTS):
     port = pick_port()
+    # A process group of its own: a Ctrl-C or SIGTERM sent to this
+    # program's group (a terminal's, a scheduler's) reaches this program
+    # alone, which stops the relay and then the C++ worker, rather than
+    # the worker dying under calls in flight.
     child = subprocess.Popen(
         [binary, f'--port={port}',
          f'--max_concurrent_computation_calls={max_calls}'],
-        env=env, preexec_fn=_die_with_parent)
+        env=env, preexec_fn=_die_with_parent, process_group=0)
     channel = grpc.insecure_channel(f'127.0.0.1:{port}',
                                     worker_env.GRPC_OPTIONS)
     try:

@@ -520,7 +520,8 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
   assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1'],
                launcher=interrupted) == 130
   assert capsys.readouterr().err == (
-      'claims: interrupted; resume with the same command\n')
+      'claims: interrupted; resume with: python -m binaries.claims '
+      f'--claims=fedadc --out_dir={tmp_path} --seeds=1\n')
 
 
 def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):

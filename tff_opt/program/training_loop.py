@@ -42,6 +42,12 @@ later checkpoints are renamed `program_state_<v>.unlogged` and a copy of
 `metrics.csv` as it was is kept as `metrics.csv.unlogged` (nothing is
 deleted). With no such checkpoint the run is refused (`MetricsGapError`).
 
+Interrupted (Ctrl-C, or SIGTERM raised as `KeyboardInterrupt` by
+`binaries.stop_on_signals`): the round in progress is abandoned, the last
+round logged is checkpointed if its checkpoint is not there yet, and the
+exception goes on with `checkpointed_round` set (`None` without
+`output_dir`), so a resume recomputes nothing that was logged.
+
 Stopping at a target (`stop_at`, an `analysis.Target`): the run ends after
 the first round whose metric reaches it (checkpointed there), so its
 `metrics.csv` ends at that round. A run resumed with the same target that
@@ -537,64 +543,99 @@ def run_training(
     log(f'Stopped before at round {stopped}: {stop_at.describe()} '
         '(stop_at); nothing to run.')
   last_round = rounds if stopped is None else start_round
-  for round_num in range(start_round + 1, last_round + 1):
-    round_start = time.perf_counter()
-    sampled = sample_clients(client_ids, clients_per_round, seed=seed,
-                             round_num=round_num)
-    tf.random.set_seed(seed * 1_000_003 + round_num)
-    if round_clients_fn is None:
-      datasets = [client_dataset_fn(cid) for cid in sampled]
-    else:
-      sampled, datasets = map(list, round_clients_fn(round_num, sampled))
-    if stateful:
-      output, new_client_states = process.next(state, datasets, [
-          client_state_store.get(cid, process.initial_client_state())
-          for cid in sampled
-      ])
-      client_state_store.update(
-          (cid, s) for cid, s in zip(sampled, new_client_states)
-          if cid in population)
-    else:
-      output = process.next(state, datasets)
-    state = output.state
-    if round_num == start_round + 1:
-      # The local worker is up now: it must not outlive this process.
-      runtime.watch_workers()
-    row = {'round': round_num}
-    row.update(flatten_metrics(output.metrics))
-    if row.get('update_non_finite'):
-      _blank_rejected_training_metrics(row)
-    if evaluate_fn is not None and (round_num % eval_every == 0 or
-                                    round_num == rounds):
-      weights = process.get_model_weights(state)
-      metrics = (evaluate_fn(weights, round_num=round_num) if eval_takes_round
-                 else evaluate_fn(weights))
-      for name, value in metrics.items():
-        if isinstance(value, float):
-          row[f'eval_{name}'] = value
-    row['round_seconds'] = time.perf_counter() - round_start
-    if stop_at is not None:
-      _check_has_metric(row, stop_at)
-      if stop_at.reached_at([row]) is not None:
-        stopped = round_num
-    rows.append(row)
-    if metrics_log is not None:
-      metrics_log.append(row)
-    log(_format_row(row, rounds))
-    if manager is not None and (round_num % checkpoint_every == 0 or
-                                round_num == rounds or stopped is not None):
-      _run_sync(manager.save(checkpoint_structure(state, client_state_store),
-                             round_num))
-    if stopped is not None:
-      log(f'Stopping after round {round_num} of {rounds}: '
-          f'{stop_at.describe()} (stop_at).')
-      break
+  # The last round logged, with its state, and the last round checkpointed:
+  # an interruption checkpoints the former when it is the newer.
+  finished = (start_round, state, client_state_store)
+  saved_round = start_round
+  try:
+    for round_num in range(start_round + 1, last_round + 1):
+      round_start = time.perf_counter()
+      sampled = sample_clients(client_ids, clients_per_round, seed=seed,
+                               round_num=round_num)
+      tf.random.set_seed(seed * 1_000_003 + round_num)
+      if round_clients_fn is None:
+        datasets = [client_dataset_fn(cid) for cid in sampled]
+      else:
+        sampled, datasets = map(list, round_clients_fn(round_num, sampled))
+      if stateful:
+        output, new_client_states = process.next(state, datasets, [
+            client_state_store.get(cid, process.initial_client_state())
+            for cid in sampled
+        ])
+        # A new dict: the last finished round's stays as it was.
+        client_state_store = {**client_state_store, **{
+            cid: s for cid, s in zip(sampled, new_client_states)
+            if cid in population}}
+      else:
+        output = process.next(state, datasets)
+      state = output.state
+      if round_num == start_round + 1:
+        # The local worker is up now: it must not outlive this process.
+        runtime.watch_workers()
+      row = {'round': round_num}
+      row.update(flatten_metrics(output.metrics))
+      if row.get('update_non_finite'):
+        _blank_rejected_training_metrics(row)
+      if evaluate_fn is not None and (round_num % eval_every == 0 or
+                                      round_num == rounds):
+        weights = process.get_model_weights(state)
+        metrics = (evaluate_fn(weights, round_num=round_num)
+                   if eval_takes_round else evaluate_fn(weights))
+        for name, value in metrics.items():
+          if isinstance(value, float):
+            row[f'eval_{name}'] = value
+      row['round_seconds'] = time.perf_counter() - round_start
+      if stop_at is not None:
+        _check_has_metric(row, stop_at)
+        if stop_at.reached_at([row]) is not None:
+          stopped = round_num
+      rows.append(row)
+      if metrics_log is not None:
+        metrics_log.append(row)
+      finished = (round_num, state, client_state_store)
+      log(_format_row(row, rounds))
+      if manager is not None and (round_num % checkpoint_every == 0 or
+                                  round_num == rounds or stopped is not None):
+        _run_sync(manager.save(
+            checkpoint_structure(state, client_state_store), round_num))
+        saved_round = round_num
+      if stopped is not None:
+        log(f'Stopping after round {round_num} of {rounds}: '
+            f'{stop_at.describe()} (stop_at).')
+        break
+  except KeyboardInterrupt as e:
+    # Ctrl-C or SIGTERM (`binaries.Terminated`): the round in progress is
+    # abandoned; the last logged one is checkpointed, so that nothing
+    # finished is computed again.
+    round_num, finished_state, finished_store = finished
+    if manager is not None and round_num > saved_round:
+      saved_round = _save_unless_saved(
+          manager, checkpoint_structure(finished_state, finished_store),
+          round_num, saved_round)
+    e.checkpointed_round = saved_round if manager is not None else None
+    raise
   seconds = time.perf_counter() - started
   done = int(rows[-1]['round']) if rows else start_round
   log(summarize(rows, rounds=done, seconds=seconds,
                 new_rounds=done - start_round, output_dir=output_dir))
   return TrainingResult(state, rows, start_round, seconds,
                         client_state_store if stateful else None)
+
+
+def _save_unless_saved(manager, structure, round_num: int,
+                       saved_round: int) -> int:
+  """Saves round `round_num`; returns the round now checkpointed.
+
+  An interruption during the round's own save may have left it saved (the
+  rename done) or not: either way it is there once this returns.
+  """
+  try:
+    _run_sync(manager.save(structure, round_num))
+  except tff.program.ProgramStateExistsError:
+    pass
+  except KeyboardInterrupt:
+    return saved_round  # A second signal: the save was abandoned.
+  return round_num
 
 
 class MissingMetricError(ValueError):
