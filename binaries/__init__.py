@@ -43,14 +43,18 @@ everything written to stderr after it.
 """
 
 import contextlib
+import difflib
 import gc
 import logging
 import os
+import re
 import shlex
 import signal
 import sys
 import threading
 from typing import NoReturn, Optional, Sequence
+
+from absl import flags as absl_flags
 
 from tff_opt.program import stderr_filter
 
@@ -241,6 +245,59 @@ def run_main(prog: str, main, *args) -> None:
       main(*args)
     except KeyboardInterrupt as e:
       exit_interrupted(prog, e)
+
+
+def flag_error_line(error: Exception, argv: Sequence[str], flag_values,
+                    help_hint: str) -> str:
+  """One line for absl's `error` parsing `argv` into `flag_values`.
+
+  E.g. `--port=abc: expected an integer in >= 1 and <= 65535.`, or for an
+  unknown flag `--prot: no such flag (HELP_HINT). Did you mean --port?`.
+  """
+  if isinstance(error, absl_flags.UnrecognizedFlagError):
+    close = difflib.get_close_matches(error.flagname, list(flag_values), n=3)
+    hint = (' Did you mean ' + ' or '.join(f'--{c}' for c in close) + '?'
+            if close else '')
+    return f'--{error.flagname}: no such flag ({help_hint}).{hint}'
+  text = str(error)
+  missing = re.fullmatch(r'Missing value for flag -+(\w+)', text)
+  if missing:
+    return f'--{missing.group(1)}: expected a value (--{missing.group(1)}=...).'
+  match = re.match(r'flag --(\w+)=', text)
+  if not match or match.group(1) not in flag_values:
+    return text.removeprefix('flag ')
+  name = match.group(1)
+  value = _given_value(argv, name)
+  parser = flag_values[name].parser
+  try:
+    parser.parse(value)
+  except (TypeError, ValueError):
+    return f'--{name}={value}: expected {_expected(parser)}.'
+  # The value parses: a validator of its own refused it (its message).
+  reason = text.split('\n')[0][match.end():].split(': ', 1)[-1]
+  return f'--{name}={value}: {reason}'
+
+
+def _given_value(argv: Sequence[str], name: str) -> str | None:
+  """The text given to flag `name` in `argv` (the last one), or None."""
+  value = None
+  for i, arg in enumerate(argv):
+    for prefix in (f'--{name}', f'-{name}'):
+      if arg.startswith(prefix + '='):
+        value = arg[len(prefix) + 1:]
+      elif arg == prefix and i + 1 < len(argv):
+        value = argv[i + 1]
+  return value
+
+
+def _expected(parser) -> str:
+  """What a flag with absl parser `parser` takes, e.g. 'a positive integer'."""
+  if isinstance(parser, absl_flags.EnumParser):
+    return 'one of ' + ', '.join(parser.enum_values)
+  if isinstance(parser, absl_flags.BooleanParser):
+    return 'true or false'
+  what = parser.syntactic_help or 'a value of the flag\'s kind'
+  return what if what.startswith(('a ', 'an ')) else f'a {what}'
 
 
 def _silence_stderr() -> None:

@@ -23,11 +23,9 @@ so is a directory another `binaries.train` is writing (`.lock`).
 
 import ast
 import datetime
-import difflib
 import importlib
 import json
 import os
-import re
 import sys
 import tempfile
 
@@ -282,50 +280,7 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
 
 def _flag_error_line(error: Exception, argv: list[str]) -> str:
   """The one-line message for absl's `error` parsing `argv`."""
-  if isinstance(error, flags.UnrecognizedFlagError):
-    close = difflib.get_close_matches(error.flagname, list(FLAGS), n=3)
-    hint = (' Did you mean ' + ' or '.join(f'--{c}' for c in close) + '?'
-            if close else '')
-    return f'--{error.flagname}: no such flag ({_FLAGS_HELP}).{hint}'
-  text = str(error)
-  missing = re.fullmatch(r'Missing value for flag -+(\w+)', text)
-  if missing:
-    return f'--{missing.group(1)}: expected a value (--{missing.group(1)}=...).'
-  match = re.match(r'flag --(\w+)=', text)
-  if not match or match.group(1) not in FLAGS:
-    return text.removeprefix('flag ')
-  name = match.group(1)
-  value = _given_value(argv, name)
-  parser = FLAGS[name].parser
-  try:
-    parser.parse(value)
-  except (TypeError, ValueError):
-    return f'--{name}={value}: expected {_expected(parser)}.'
-  # The value parses: a validator of its own refused it (its message).
-  reason = text.split('\n')[0][match.end():].split(': ', 1)[-1]
-  return f'--{name}={value}: {reason}'
-
-
-def _given_value(argv: list[str], name: str) -> str | None:
-  """The text given to flag `name` in `argv` (the last one), or None."""
-  value = None
-  for i, arg in enumerate(argv):
-    for prefix in (f'--{name}', f'-{name}'):
-      if arg.startswith(prefix + '='):
-        value = arg[len(prefix) + 1:]
-      elif arg == prefix and i + 1 < len(argv):
-        value = argv[i + 1]
-  return value
-
-
-def _expected(parser) -> str:
-  """What a flag with absl parser `parser` takes, e.g. 'a positive integer'."""
-  if isinstance(parser, flags.EnumParser):
-    return 'one of ' + ', '.join(parser.enum_values)
-  if isinstance(parser, flags.BooleanParser):
-    return 'true or false'
-  what = parser.syntactic_help or 'a value of the flag\'s kind'
-  return what if what.startswith(('a ', 'an ')) else f'a {what}'
+  return binaries.flag_error_line(error, argv, FLAGS, _FLAGS_HELP)
 
 
 def parse_task_options(items: list[str]) -> dict:
