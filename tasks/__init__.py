@@ -35,6 +35,10 @@ from tasks import shakespeare
 from tasks import sqlite_data
 from tasks import stackoverflow
 from tasks import tfds_images
+# Imported for its exit hook: TFF's default execution context is released
+# while the interpreter is whole, so that `import tasks` does not end with
+# TFF's "Exception ignored ... Popen" traceback (`runtime._release_contexts`).
+from tff_opt.program import runtime as _runtime  # pylint: disable=unused-import
 
 
 @dataclasses.dataclass(frozen=True)
