@@ -470,6 +470,27 @@ def exit_interrupted(prog: str,
 SWEEP_FILE = 'sweep.json'
 
 
+def _read_json(path: str, sweep_dir: str) -> dict:
+  """The JSON object in `path`; a file cut short or damaged is refused.
+
+  Raises:
+    UsageError: If `path` cannot be read or is not a whole JSON object
+      (nothing is changed).
+  """
+  try:
+    with open(path, encoding='utf-8') as f:
+      value = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UsageError(f'--sweep_dir={sweep_dir}: cannot read {path} ({e}); '
+                     'refusing to touch that directory (nothing was '
+                     'changed).') from e
+  if not isinstance(value, dict):
+    raise UsageError(f'--sweep_dir={sweep_dir}: {path} is not a JSON object; '
+                     'refusing to touch that directory (nothing was '
+                     'changed).')
+  return value
+
+
 def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
   """Makes `sweep_dir` this sweep's, or refuses one that holds another.
 
@@ -485,14 +506,12 @@ def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
   path = os.path.join(sweep_dir, SWEEP_FILE)
   recorded = None
   if os.path.exists(path):
-    with open(path) as f:
-      recorded = json.load(f)
+    recorded = _read_json(path, sweep_dir)
   elif os.path.isdir(sweep_dir):
     for entry in sorted(os.listdir(sweep_dir)):
       hparams_path = os.path.join(sweep_dir, entry, analysis.HPARAMS_FILE)
       if os.path.isfile(hparams_path):
-        with open(hparams_path) as f:
-          hparams = json.load(f)
+        hparams = _read_json(hparams_path, sweep_dir)
         recorded = {k: hparams.get(k) for k in ('task', 'algorithm',
                                                 'server_opt')}
         break

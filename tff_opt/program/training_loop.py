@@ -61,6 +61,7 @@ import concurrent.futures
 import csv
 import dataclasses
 import inspect
+import io
 import math
 import os
 import re
@@ -149,16 +150,65 @@ def flatten_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
   return flat
 
 
-class MetricsLog:
-  """`metrics.csv` (one row per round, atomic rewrite) plus TensorBoard."""
+PARTIAL_SUFFIX = '.partial'
 
-  def __init__(self, output_dir: str):
+
+def read_complete_csv(path: str) -> tuple[str, str]:
+  """`(whole records, partial last record)` of the CSV file at `path`.
+
+  Every record this package writes ends with a line break, so a file cut
+  at any byte (a copy cut short, a machine that stopped mid-write) is whole
+  records followed by at most one partial one: the text after the last
+  line break. A file cut inside its header has no whole record.
+
+  Raises:
+    OSError: If the file cannot be read.
+    UnicodeDecodeError: If it is not UTF-8 text.
+  """
+  with open(path, newline='', encoding='utf-8') as f:
+    text = f.read()
+  cut = text.rfind('\n') + 1
+  return text[:cut], text[cut:]
+
+
+def _complete_rows(output_dir: str) -> list[dict[str, Any]]:
+  """`analysis.read_metrics_if_any`, without a partial last record."""
+  path = os.path.join(output_dir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  whole, partial = read_complete_csv(path)
+  if not partial:
+    return analysis.read_metrics_if_any(output_dir)
+  rows = []
+  for raw in csv.DictReader(io.StringIO(whole, newline='')):
+    row = {k: _parse(v) for k, v in raw.items()}
+    if isinstance(row.get('round'), int):
+      rows.append(row)
+  return rows
+
+
+class MetricsLog:
+  """`metrics.csv` (one row per round, atomic rewrite) plus TensorBoard.
+
+  A partial last record (`read_complete_csv`) is set aside: the file as it
+  was is kept as `metrics.csv.partial[N]`, one line says so, and the file
+  is rewritten with its whole rows; the round it was recording is
+  recomputed from its checkpoint as any round after it.
+  """
+
+  def __init__(self, output_dir: str, log: Callable[[str], None] = print):
     self._path = os.path.join(output_dir, METRICS_FILE)
     self._rows: list[dict[str, Any]] = []
     if os.path.exists(self._path):
-      with open(self._path, newline='') as f:
-        for row in csv.DictReader(f):
-          self._rows.append({k: _parse(v) for k, v in row.items()})
+      whole, partial = read_complete_csv(self._path)
+      for row in csv.DictReader(io.StringIO(whole, newline='')):
+        self._rows.append({k: _parse(v) for k, v in row.items()})
+      if partial:
+        kept = _keep_as(self._path, PARTIAL_SUFFIX, move=False)
+        self._write_csv()
+        log(f'{METRICS_FILE} ended in a partial record ({len(partial)} '
+            f'bytes, cut short): set aside; the file as it was is kept as '
+            f'{kept}.')
     self._writer = tf.summary.create_file_writer(
         os.path.join(output_dir, TENSORBOARD_DIR))
 
@@ -334,7 +384,7 @@ def _metrics_gap(output_dir: str, checkpoint_dir: str, manager, structure,
   Raises:
     MetricsGapError: If no checkpoint of round L or earlier can be read.
   """
-  rows = analysis.read_metrics_if_any(output_dir)
+  rows = _complete_rows(output_dir)
   logged = analysis.logged_through(rows)
   if newest <= logged:
     return None
@@ -379,10 +429,19 @@ def _keep_as_unlogged(path: str, *, move: bool) -> str:
   Returns:
     The new name's base name.
   """
-  target, k = path + UNLOGGED_SUFFIX, 1
+  return _keep_as(path, UNLOGGED_SUFFIX, move=move)
+
+
+def _keep_as(path: str, suffix: str, *, move: bool) -> str:
+  """Renames (`move`) or copies `path` to a new `<path><suffix>[N]` name.
+
+  Returns:
+    The new name's base name.
+  """
+  target, k = path + suffix, 1
   while os.path.exists(target):
     k += 1
-    target = f'{path}{UNLOGGED_SUFFIX}{k}'
+    target = f'{path}{suffix}{k}'
   if move:
     os.rename(path, target)
   else:
@@ -526,7 +585,7 @@ def run_training(
   if set_aside is not None:  # The run is accepted: keep what is unlogged.
     set_aside()
   if output_dir is not None:
-    metrics_log = MetricsLog(output_dir)
+    metrics_log = MetricsLog(output_dir, log)
     dropped = metrics_log.drop_rounds_after(start_round)
     if start_round:
       log(f'Resuming after round {start_round} from '
