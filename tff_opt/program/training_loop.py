@@ -453,7 +453,28 @@ class RoundsBehindCheckpointError(ValueError):
   """`rounds` is below the round a run's checkpoint has reached."""
 
 
-def _format_row(row: Mapping[str, Any], rounds: int) -> str:
+def format_duration(seconds: float) -> str:
+  """`H:MM:SS` (`M:SS` under an hour), whole seconds."""
+  minutes, secs = divmod(int(round(seconds)), 60)
+  hours, minutes = divmod(minutes, 60)
+  return (f'{hours}:{minutes:02d}:{secs:02d}' if hours else
+          f'{minutes}:{secs:02d}')
+
+
+def progress(elapsed: float, done: int, left: int) -> str:
+  """`elapsed 1:02  eta 4:10`: time so far, and the rest at this pace.
+
+  Args:
+    elapsed: Seconds since this invocation's first round began.
+    done: Rounds this invocation has finished.
+    left: Rounds still to run.
+  """
+  eta = elapsed / done * left if done else 0.0
+  return f'elapsed {format_duration(elapsed)}  eta {format_duration(eta)}'
+
+
+def _format_row(row: Mapping[str, Any], rounds: int,
+                timing: str = '') -> str:
   parts = [f"round {int(row['round']):>{len(str(rounds))}}/{rounds}"]
   for name in ('train_loss', 'train_accuracy', 'eval_loss', 'eval_accuracy'):
     if name in row and row[name] != '':
@@ -467,6 +488,8 @@ def _format_row(row: Mapping[str, Any], rounds: int) -> str:
   if row.get('update_non_finite'):
     parts.append('REJECTED (non-finite update; model kept)')
   parts.append(f"{row['round_seconds']:.2f}s")
+  if timing:
+    parts.append(timing)
   return '  '.join(parts)
 
 
@@ -652,7 +675,9 @@ def run_training(
       if metrics_log is not None:
         metrics_log.append(row)
       finished = (round_num, state, client_state_store)
-      log(_format_row(row, rounds))
+      log(_format_row(row, rounds, progress(
+          time.perf_counter() - started, round_num - start_round,
+          last_round - round_num)))
       if manager is not None and (round_num % checkpoint_every == 0 or
                                   round_num == rounds or stopped is not None):
         _run_sync(manager.save(
