@@ -620,6 +620,9 @@ def run(hparams: dict) -> None:
         f"server_opt={server} rounds={hparams['rounds']} "
         f"clients_per_round={per_round} "
         f"output_dir={hparams['output_dir']}", flush=True)
+  note = tasks.task_start_note(hparams['task'], hparams)
+  if note:
+    print(note, flush=True)
   result = _train(hparams, process, task, client_ids, per_round,
                   initial_state=initial_state, evaluate=evaluate,
                   round_clients_fn=round_clients_fn,
