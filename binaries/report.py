@@ -5,9 +5,10 @@ r"""Compares runs: one plot of a metric against rounds, and a Markdown table.
         --output=loss.png --labels=FedYogi,FedAvg
 
 Each RUN_DIR is an output directory of `binaries.train` (its `metrics.csv`).
-The plot (`--output`, default `report.png`) draws `--metric` against the
-round number, one line per run, with a legend; evaluation metrics measured
-every few rounds are drawn at the rounds they were measured. The table,
+The plot (`--output`; none by default, so nothing is written unless asked)
+draws `--metric` against the round number, one line per run, with a
+legend; evaluation metrics measured every few rounds are drawn at the
+rounds they were measured. The table,
 printed to stdout, gives per run:
 
     rounds         the last round logged
@@ -44,7 +45,8 @@ flags.DEFINE_float('target', None, 'Value whose first reaching round the '
                    'a fraction: 0.9 for 90%).', **_F)
 flags.DEFINE_integer('window', analysis.DEFAULT_WINDOW, 'Rounds averaged '
                      'for the "last-W mean" column.', lower_bound=1, **_F)
-flags.DEFINE_string('output', 'report.png', 'Where the plot goes.', **_F)
+flags.DEFINE_string('output', None, 'Where the plot goes (a .png file). '
+                    'Default: no plot, the table only.', **_F)
 flags.DEFINE_list('labels', None, 'One legend label per RUN_DIR, in order. '
                   'Default: the directory names.', **_F)
 flags.DEFINE_string('title', None, 'Plot title. Default: the metric.', **_F)
@@ -205,6 +207,9 @@ def main(argv: Sequence[str]) -> None:
   except UsageError as e:
     _fail(str(e))
   print(table, flush=True)
+  if FLAGS.output is None:
+    print('\nplot: none (--output=FILE.png draws one)', flush=True)
+    return
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')  # Headless: files only.
   try:

@@ -53,6 +53,7 @@ from typing import Any, Optional, Union
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+import binaries  # pylint: disable=g-bad-import-order
 from binaries import paper_tables  # pylint: disable=g-import-not-at-top
 from binaries import tables  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
@@ -678,4 +679,4 @@ def _fail(message: str) -> None:
 
 
 if __name__ == '__main__':
-  main(sys.argv)
+  binaries.run_main('reproduce', main, sys.argv)

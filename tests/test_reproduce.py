@@ -422,7 +422,8 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
   assert _main(['--paper=fedopt', '--table=1', f'--out_dir={tmp_path}'],
                interrupted) == 130
   assert capsys.readouterr().err == (
-      'reproduce: interrupted; resume with the same command\n')
+      'reproduce: interrupted; resume with: python -m binaries.reproduce '
+      f'--paper=fedopt --table=1 --out_dir={tmp_path}\n')
 
 
 def test_a_run_with_other_settings_is_refused_before_any_run(tmp_path,

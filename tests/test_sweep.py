@@ -441,7 +441,9 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path, capsys):
       f'--sweep_dir={tmp_path}'
   ], interrupted) == 130
   assert capsys.readouterr().err == (
-      'sweep: interrupted; resume with the same command\n')
+      'sweep: interrupted; resume with: python -m binaries.sweep '
+      '--task=digits --server_opt=yogi --client_lrs=0.1 --server_lrs=1 '
+      f'--taus=0.001 --rounds=20 --sweep_dir={tmp_path}\n')
 
 
 # --- Stopping: a sweep or claims process takes its runs down with it --------
@@ -500,8 +502,8 @@ def test_sigterm_stops_the_runs_under_way_and_launches_no_more(tmp_path):
     parent.kill()
   assert _gone(child)  # Interrupted, not left running.
   assert not os.path.exists(second)  # The queued run never started.
-  assert err.splitlines()[-1] == (
-      'sweep: stopped by SIGTERM; resume with the same command')
+  assert err.splitlines()[-1].startswith(
+      'sweep: stopped by SIGTERM; resume with: python -m binaries.sweep')
   assert 'first: interrupted (exit 130; resumes with the same command)' in out
   assert 'FAILED' not in out
 

@@ -241,8 +241,8 @@ def test_missing_file_error_names_task_path_and_remedy(tmp_path):
     _task('shakespeare', str(tmp_path))
   assert str(e.value).startswith(
       f"task 'shakespeare' needs {tmp_path}/shakespeare.sqlite, which does "
-      'not exist (no download is attempted). Download https://storage.'
-      'googleapis.com/tff-datasets-public/shakespeare.sqlite.lzma')
+      'not exist (no download is attempted). Run `make data-shakespeare '
+      f'DATA={tmp_path}` in the repository root')
 
 
 def test_shakespeare_tool_splits_roles_into_train_and_test():

@@ -21,7 +21,9 @@ named `leaf_000000`, `leaf_000001`, ...; the structure is not stored: `load`
 is given it (as TFF's manager is) and refuses a file whose number, shapes
 or kinds of leaves do not match it. A save is written into
 `program_state_<round>_temp<K>/` and renamed into place, so a kill during a
-save leaves only a `_temp` directory, never a half-written checkpoint.
+save leaves only a `_temp` directory, never a half-written checkpoint; the
+file and both directories are synced to disk first (`files`), so a
+machine that stops does not either.
 
 Checkpoints written by TFF's manager (a `saved_model.pb` and no
 `state.npz`, as earlier versions of this package saved them) are still read,
@@ -39,6 +41,8 @@ from typing import Any
 import numpy as np
 import tensorflow_federated as tff
 import tree
+
+from tff_opt.program import files
 
 STATE_FILE = 'state.npz'
 _LEAF = 'leaf_{:06d}'
@@ -90,7 +94,9 @@ class NumpyProgramStateManager(tff.program.FileProgramStateManager):
       np.savez(f, **arrays)
       f.flush()
       os.fsync(f.fileno())
+    files.fsync_directory(temp)
     os.rename(temp, path)
+    files.fsync_directory(self._root_dir)
     await self._remove_old_program_state()
 
   async def load(self, version: int, structure: Any) -> Any:

@@ -17,6 +17,11 @@ temporary; the last to finish wins. It is opened like any file (not
 `tempfile.mkstemp`, whose files are private to their owner), so the
 result has the permissions a plain `open` gives.
 
+Durable as well: the temporary is synced to disk (flush, fsync) before the
+rename, and the directory after it, so that a machine that stops (power,
+a kernel panic) leaves the old file or the whole new one, never a new
+name over data still in the page cache (`fsync_directory`).
+
 A file some library builds from a path (an SQLite database, a copy) is
 written the same way through `built_atomically`, which hands out the
 temporary's path instead of an open file.
@@ -28,6 +33,33 @@ import os
 from typing import IO, Iterator, Optional
 
 _COUNT = itertools.count()
+
+
+def _fsync_file(path: str) -> None:
+  """Syncs the data of the file at `path` to disk."""
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def fsync_directory(path: str) -> None:
+  """Syncs directory `path`'s entries (a rename into it) to disk.
+
+  A file system that cannot sync a directory (some network ones) is left
+  to its own guarantees.
+  """
+  try:
+    fd = os.open(path, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
 
 
 def _temporary_name(path: str) -> str:
@@ -57,7 +89,9 @@ def built_atomically(path: str) -> Iterator[str]:
   tmp = _temporary_name(path)
   try:
     yield tmp
+    _fsync_file(tmp)
     os.replace(tmp, path)
+    fsync_directory(os.path.dirname(path) or '.')
   except BaseException:
     with contextlib.suppress(FileNotFoundError):
       os.remove(tmp)

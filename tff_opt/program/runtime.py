@@ -908,8 +908,12 @@ def set_remote_execution_context(
 
 @functools.lru_cache(maxsize=32)
 def _mergeable_form(computation):
-  """TFF's compiler for its multi-worker context, cached (see below)."""
-  return mergeable_comp_compiler.compile_to_mergeable_comp_form(computation)
+  """TFF's compiler for its multi-worker context, cached (see below).
+
+  Its Grappler noise is filtered as `_native_form`'s is (`stderr_filter`).
+  """
+  with stderr_filter.filtered():
+    return mergeable_comp_compiler.compile_to_mergeable_comp_form(computation)
 
 
 class NotMergeableError(ValueError):

@@ -16,7 +16,14 @@ stderr although nothing is wrong:
   INVALID_ARGUMENT: ... has inputs from different frames`, once per
   compiled computation. That graph is used without the function
   optimisation: speed, not results (the same Fisher code matches a NumPy
-  Fisher in tests/test_fed_curv.py).
+  Fisher in tests/test_fed_curv.py);
+- TFF's compilation of a round for its workers (`--workers`,
+  `runtime.set_remote_execution_context`), which hands Grappler graphs
+  without fetch nodes (the parts of a round split at its aggregation):
+  `E ... grappler_item_builder.cc:435] Failed to detect the fetch node(s),
+  skipping this input`, some 30 lines a run. Grappler leaves such a graph
+  as it is; the round's results equal a local run's
+  (tests/test_workers_stateful.py).
 
 `filtered()` sends file descriptor 2 through a pipe while it is open; a
 reader thread writes every line that does not match `NOISE` back to the
@@ -40,7 +47,8 @@ NOISE = re.compile(
     rb'|This TensorFlow binary is optimized to use available CPU instructions'
     rb'|^To enable the following instructions: .*rebuild TensorFlow'
     rb'|function_optimizer failed: INVALID_ARGUMENT: .*has inputs from '
-    rb'different frames)')
+    rb'different frames'
+    rb'|grappler_item_builder\.cc:\d+\] Failed to detect the fetch node)')
 
 _lock = threading.Lock()
 _depth = 0

@@ -42,6 +42,12 @@ later checkpoints are renamed `program_state_<v>.unlogged` and a copy of
 `metrics.csv` as it was is kept as `metrics.csv.unlogged` (nothing is
 deleted). With no such checkpoint the run is refused (`MetricsGapError`).
 
+Interrupted (Ctrl-C, or SIGTERM raised as `KeyboardInterrupt` by
+`binaries.stop_on_signals`): the round in progress is abandoned, the last
+round logged is checkpointed if its checkpoint is not there yet, and the
+exception goes on with `checkpointed_round` set (`None` without
+`output_dir`), so a resume recomputes nothing that was logged.
+
 Stopping at a target (`stop_at`, an `analysis.Target`): the run ends after
 the first round whose metric reaches it (checkpointed there), so its
 `metrics.csv` ends at that round. A run resumed with the same target that
@@ -55,6 +61,7 @@ import concurrent.futures
 import csv
 import dataclasses
 import inspect
+import io
 import math
 import os
 import re
@@ -143,16 +150,65 @@ def flatten_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
   return flat
 
 
-class MetricsLog:
-  """`metrics.csv` (one row per round, atomic rewrite) plus TensorBoard."""
+PARTIAL_SUFFIX = '.partial'
 
-  def __init__(self, output_dir: str):
+
+def read_complete_csv(path: str) -> tuple[str, str]:
+  """`(whole records, partial last record)` of the CSV file at `path`.
+
+  Every record this package writes ends with a line break, so a file cut
+  at any byte (a copy cut short, a machine that stopped mid-write) is whole
+  records followed by at most one partial one: the text after the last
+  line break. A file cut inside its header has no whole record.
+
+  Raises:
+    OSError: If the file cannot be read.
+    UnicodeDecodeError: If it is not UTF-8 text.
+  """
+  with open(path, newline='', encoding='utf-8') as f:
+    text = f.read()
+  cut = text.rfind('\n') + 1
+  return text[:cut], text[cut:]
+
+
+def _complete_rows(output_dir: str) -> list[dict[str, Any]]:
+  """`analysis.read_metrics_if_any`, without a partial last record."""
+  path = os.path.join(output_dir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  whole, partial = read_complete_csv(path)
+  if not partial:
+    return analysis.read_metrics_if_any(output_dir)
+  rows = []
+  for raw in csv.DictReader(io.StringIO(whole, newline='')):
+    row = {k: _parse(v) for k, v in raw.items()}
+    if isinstance(row.get('round'), int):
+      rows.append(row)
+  return rows
+
+
+class MetricsLog:
+  """`metrics.csv` (one row per round, atomic rewrite) plus TensorBoard.
+
+  A partial last record (`read_complete_csv`) is set aside: the file as it
+  was is kept as `metrics.csv.partial[N]`, one line says so, and the file
+  is rewritten with its whole rows; the round it was recording is
+  recomputed from its checkpoint as any round after it.
+  """
+
+  def __init__(self, output_dir: str, log: Callable[[str], None] = print):
     self._path = os.path.join(output_dir, METRICS_FILE)
     self._rows: list[dict[str, Any]] = []
     if os.path.exists(self._path):
-      with open(self._path, newline='') as f:
-        for row in csv.DictReader(f):
-          self._rows.append({k: _parse(v) for k, v in row.items()})
+      whole, partial = read_complete_csv(self._path)
+      for row in csv.DictReader(io.StringIO(whole, newline='')):
+        self._rows.append({k: _parse(v) for k, v in row.items()})
+      if partial:
+        kept = _keep_as(self._path, PARTIAL_SUFFIX, move=False)
+        self._write_csv()
+        log(f'{METRICS_FILE} ended in a partial record ({len(partial)} '
+            f'bytes, cut short): set aside; the file as it was is kept as '
+            f'{kept}.')
     self._writer = tf.summary.create_file_writer(
         os.path.join(output_dir, TENSORBOARD_DIR))
 
@@ -330,7 +386,7 @@ def _metrics_gap(output_dir: str, checkpoint_dir: str, manager, structure,
   Raises:
     MetricsGapError: If no checkpoint of round L or earlier can be read.
   """
-  rows = analysis.read_metrics_if_any(output_dir)
+  rows = _complete_rows(output_dir)
   logged = analysis.logged_through(rows)
   if newest <= logged:
     return None
@@ -375,10 +431,19 @@ def _keep_as_unlogged(path: str, *, move: bool) -> str:
   Returns:
     The new name's base name.
   """
-  target, k = path + UNLOGGED_SUFFIX, 1
+  return _keep_as(path, UNLOGGED_SUFFIX, move=move)
+
+
+def _keep_as(path: str, suffix: str, *, move: bool) -> str:
+  """Renames (`move`) or copies `path` to a new `<path><suffix>[N]` name.
+
+  Returns:
+    The new name's base name.
+  """
+  target, k = path + suffix, 1
   while os.path.exists(target):
     k += 1
-    target = f'{path}{UNLOGGED_SUFFIX}{k}'
+    target = f'{path}{suffix}{k}'
   if move:
     os.rename(path, target)
   else:
@@ -390,7 +455,28 @@ class RoundsBehindCheckpointError(ValueError):
   """`rounds` is below the round a run's checkpoint has reached."""
 
 
-def _format_row(row: Mapping[str, Any], rounds: int) -> str:
+def format_duration(seconds: float) -> str:
+  """`H:MM:SS` (`M:SS` under an hour), whole seconds."""
+  minutes, secs = divmod(int(round(seconds)), 60)
+  hours, minutes = divmod(minutes, 60)
+  return (f'{hours}:{minutes:02d}:{secs:02d}' if hours else
+          f'{minutes}:{secs:02d}')
+
+
+def progress(elapsed: float, done: int, left: int) -> str:
+  """`elapsed 1:02  eta 4:10`: time so far, and the rest at this pace.
+
+  Args:
+    elapsed: Seconds since this invocation's first round began.
+    done: Rounds this invocation has finished.
+    left: Rounds still to run.
+  """
+  eta = elapsed / done * left if done else 0.0
+  return f'elapsed {format_duration(elapsed)}  eta {format_duration(eta)}'
+
+
+def _format_row(row: Mapping[str, Any], rounds: int,
+                timing: str = '') -> str:
   parts = [f"round {int(row['round']):>{len(str(rounds))}}/{rounds}"]
   for name in ('train_loss', 'train_accuracy', 'eval_loss', 'eval_accuracy'):
     if name in row and row[name] != '':
@@ -404,6 +490,8 @@ def _format_row(row: Mapping[str, Any], rounds: int) -> str:
   if row.get('update_non_finite'):
     parts.append('REJECTED (non-finite update; model kept)')
   parts.append(f"{row['round_seconds']:.2f}s")
+  if timing:
+    parts.append(timing)
   return '  '.join(parts)
 
 
@@ -522,7 +610,7 @@ def run_training(
   if set_aside is not None:  # The run is accepted: keep what is unlogged.
     set_aside()
   if output_dir is not None:
-    metrics_log = MetricsLog(output_dir)
+    metrics_log = MetricsLog(output_dir, log)
     dropped = metrics_log.drop_rounds_after(start_round)
     if start_round:
       log(f'Resuming after round {start_round} from '
@@ -539,64 +627,101 @@ def run_training(
     log(f'Stopped before at round {stopped}: {stop_at.describe()} '
         '(stop_at); nothing to run.')
   last_round = rounds if stopped is None else start_round
-  for round_num in range(start_round + 1, last_round + 1):
-    round_start = time.perf_counter()
-    sampled = sample_clients(client_ids, clients_per_round, seed=seed,
-                             round_num=round_num)
-    tf.random.set_seed(seed * 1_000_003 + round_num)
-    if round_clients_fn is None:
-      datasets = [client_dataset_fn(cid) for cid in sampled]
-    else:
-      sampled, datasets = map(list, round_clients_fn(round_num, sampled))
-    if stateful:
-      output, new_client_states = process.next(state, datasets, [
-          client_state_store.get(cid, process.initial_client_state())
-          for cid in sampled
-      ])
-      client_state_store.update(
-          (cid, s) for cid, s in zip(sampled, new_client_states)
-          if cid in population)
-    else:
-      output = process.next(state, datasets)
-    state = output.state
-    if round_num == start_round + 1:
-      # The local worker is up now: it must not outlive this process.
-      runtime.watch_workers()
-    row = {'round': round_num}
-    row.update(flatten_metrics(output.metrics))
-    if row.get('update_non_finite'):
-      _blank_rejected_training_metrics(row)
-    if evaluate_fn is not None and (round_num % eval_every == 0 or
-                                    round_num == rounds):
-      weights = process.get_model_weights(state)
-      metrics = (evaluate_fn(weights, round_num=round_num) if eval_takes_round
-                 else evaluate_fn(weights))
-      for name, value in metrics.items():
-        if isinstance(value, float):
-          row[f'eval_{name}'] = value
-    row['round_seconds'] = time.perf_counter() - round_start
-    if stop_at is not None:
-      _check_has_metric(row, stop_at)
-      if stop_at.reached_at([row]) is not None:
-        stopped = round_num
-    rows.append(row)
-    if metrics_log is not None:
-      metrics_log.append(row)
-    log(_format_row(row, rounds))
-    if manager is not None and (round_num % checkpoint_every == 0 or
-                                round_num == rounds or stopped is not None):
-      _run_sync(manager.save(checkpoint_structure(state, client_state_store),
-                             round_num))
-    if stopped is not None:
-      log(f'Stopping after round {round_num} of {rounds}: '
-          f'{stop_at.describe()} (stop_at).')
-      break
+  # The last round logged, with its state, and the last round checkpointed:
+  # an interruption checkpoints the former when it is the newer.
+  finished = (start_round, state, client_state_store)
+  saved_round = start_round
+  try:
+    for round_num in range(start_round + 1, last_round + 1):
+      round_start = time.perf_counter()
+      sampled = sample_clients(client_ids, clients_per_round, seed=seed,
+                               round_num=round_num)
+      tf.random.set_seed(seed * 1_000_003 + round_num)
+      if round_clients_fn is None:
+        datasets = [client_dataset_fn(cid) for cid in sampled]
+      else:
+        sampled, datasets = map(list, round_clients_fn(round_num, sampled))
+      if stateful:
+        output, new_client_states = process.next(state, datasets, [
+            client_state_store.get(cid, process.initial_client_state())
+            for cid in sampled
+        ])
+        # A new dict: the last finished round's stays as it was.
+        client_state_store = {**client_state_store, **{
+            cid: s for cid, s in zip(sampled, new_client_states)
+            if cid in population}}
+      else:
+        output = process.next(state, datasets)
+      state = output.state
+      if round_num == start_round + 1:
+        # The local worker is up now: it must not outlive this process.
+        runtime.watch_workers()
+      row = {'round': round_num}
+      row.update(flatten_metrics(output.metrics))
+      if row.get('update_non_finite'):
+        _blank_rejected_training_metrics(row)
+      if evaluate_fn is not None and (round_num % eval_every == 0 or
+                                      round_num == rounds):
+        weights = process.get_model_weights(state)
+        metrics = (evaluate_fn(weights, round_num=round_num)
+                   if eval_takes_round else evaluate_fn(weights))
+        for name, value in metrics.items():
+          if isinstance(value, float):
+            row[f'eval_{name}'] = value
+      row['round_seconds'] = time.perf_counter() - round_start
+      if stop_at is not None:
+        _check_has_metric(row, stop_at)
+        if stop_at.reached_at([row]) is not None:
+          stopped = round_num
+      rows.append(row)
+      if metrics_log is not None:
+        metrics_log.append(row)
+      finished = (round_num, state, client_state_store)
+      log(_format_row(row, rounds, progress(
+          time.perf_counter() - started, round_num - start_round,
+          last_round - round_num)))
+      if manager is not None and (round_num % checkpoint_every == 0 or
+                                  round_num == rounds or stopped is not None):
+        _run_sync(manager.save(
+            checkpoint_structure(state, client_state_store), round_num))
+        saved_round = round_num
+      if stopped is not None:
+        log(f'Stopping after round {round_num} of {rounds}: '
+            f'{stop_at.describe()} (stop_at).')
+        break
+  except KeyboardInterrupt as e:
+    # Ctrl-C or SIGTERM (`binaries.Terminated`): the round in progress is
+    # abandoned; the last logged one is checkpointed, so that nothing
+    # finished is computed again.
+    round_num, finished_state, finished_store = finished
+    if manager is not None and round_num > saved_round:
+      saved_round = _save_unless_saved(
+          manager, checkpoint_structure(finished_state, finished_store),
+          round_num, saved_round)
+    e.checkpointed_round = saved_round if manager is not None else None
+    raise
   seconds = time.perf_counter() - started
   done = int(rows[-1]['round']) if rows else start_round
   log(summarize(rows, rounds=done, seconds=seconds,
                 new_rounds=done - start_round, output_dir=output_dir))
   return TrainingResult(state, rows, start_round, seconds,
                         client_state_store if stateful else None)
+
+
+def _save_unless_saved(manager, structure, round_num: int,
+                       saved_round: int) -> int:
+  """Saves round `round_num`; returns the round now checkpointed.
+
+  An interruption during the round's own save may have left it saved (the
+  rename done) or not: either way it is there once this returns.
+  """
+  try:
+    _run_sync(manager.save(structure, round_num))
+  except tff.program.ProgramStateExistsError:
+    pass
+  except KeyboardInterrupt:
+    return saved_round  # A second signal: the save was abandoned.
+  return round_num
 
 
 class MissingMetricError(ValueError):
