@@ -126,3 +126,29 @@ def test_importing_tasks_ends_without_a_traceback():
                        capture_output=True, text=True, check=True,
                        timeout=240).stderr
   assert 'Exception ignored' not in err and 'Traceback' not in err, err
+
+
+def test_sighup_stops_like_sigterm_with_status_129(capsys):
+  # The handlers the binaries install, in this process: SIGHUP (a closed
+  # terminal) raises `Terminated` in the main thread, and the line it ends in
+  # names the signal and exits 128 + 1.
+  import signal  # pylint: disable=g-import-not-at-top
+  import binaries  # pylint: disable=g-import-not-at-top
+  previous = binaries.stop_on_signals()
+  try:
+    assert set(previous) == {signal.SIGTERM, signal.SIGHUP}
+    with pytest.raises(binaries.Terminated) as stopped:
+      os.kill(os.getpid(), signal.SIGHUP)
+      signal.sigtimedwait([], 0)  # Lets the handler run if it has not yet.
+  finally:
+    binaries.restore_signals(previous)
+  assert stopped.value.signum == signal.SIGHUP
+  with pytest.raises(SystemExit) as exited:
+    binaries.exit_interrupted('train', stopped.value,
+                              argv=['--rounds=3', '--output_dir=d'],
+                              done='round 2 checkpointed in d')
+  binaries._interrupted.clear()  # pylint: disable=protected-access
+  assert exited.value.code == 129
+  assert capsys.readouterr().err == (
+      'train: stopped by SIGHUP (round 2 checkpointed in d); resume with: '
+      'python -m binaries.train --rounds=3 --output_dir=d\n')
