@@ -18,13 +18,14 @@ class Recorder:
 
   def __init__(self, monkeypatch):
     self.rounds = []
-    self.hparams = self.model_fn = None
+    self.hparams = self.model_fn = self.num_clients = None
     build = train._build_process  # pylint: disable=protected-access
 
     def recording_build(hparams, task, num_clients):
       self.hparams, self.model_fn = hparams, task.model_fn
+      self.num_clients = num_clients
       process, shared = build(hparams, task, num_clients)
-      return _Recording(process, self.rounds), shared
+      return wrap_next(process, self._record), shared
 
     monkeypatch.setattr(train, '_build_process', recording_build)
 
@@ -41,20 +42,30 @@ class Recorder:
     return [state for _, _, state in self.rounds]
 
 
-class _Recording:
-  """A process that records its rounds; every other attribute forwarded."""
-
-  def __init__(self, process, rounds):
-    self._process = process
-    self._rounds = rounds
-
-  def __getattr__(self, name):
-    return getattr(self._process, name)
-
-  def next(self, state, *inputs):
-    output = self._process.next(state, *inputs)
-    self._rounds.append((state, inputs, _state_of(output)))
+  def _record(self, next_fn, state, *inputs):
+    output = next_fn(state, *inputs)
+    self.rounds.append((state, inputs, _state_of(output)))
     return output
+
+
+def wrap_next(process, wrapper):
+  """`process`, its `next(*args)` now `wrapper(original_next, *args)`.
+
+  The process keeps its class (a subclass of it, made here), so what tells
+  a client-stateful process from another (`isinstance`) still does.
+  """
+  base = type(process)
+
+  class Wrapped(base):
+
+    @property
+    def next(self):
+      original = super().next
+      return lambda *args: wrapper(original, *args)
+
+  Wrapped.__name__ = base.__name__
+  process.__class__ = Wrapped
+  return process
 
 
 def _state_of(output):
