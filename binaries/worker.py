@@ -87,6 +87,9 @@ flags.DEFINE_integer('threads', 32, 'Relay threads: concurrent calls in '
                      'flight.', lower_bound=1)
 flags.DEFINE_float('start_timeout', 120.0, 'Seconds to wait for TFF\'s C++ '
                    'worker to start.', lower_bound=1.0)
+flags.DEFINE_string('call_log', None, 'Append the name of each executor call '
+                    'this worker relays to this file, one line a call (shows '
+                    'which work reached this worker). Default: none.')
 
 FLAGS = flags.FLAGS
 
@@ -142,12 +145,18 @@ def listen_address(host: str, port: int) -> str:
 class _Relay:
   """gRPC generic handler: forwards TFF's ExecutorGroup calls as bytes."""
 
-  def __init__(self, channel):
+  def __init__(self, channel, call_log=None):
     import grpc  # pylint: disable=g-import-not-at-top
     self._grpc = grpc
     self._channel = channel
     self._callables = {}
     self._lock = threading.Lock()
+    self._call_log = call_log
+    self._log_lock = threading.Lock()
+
+  def _note(self, method: str) -> None:
+    with self._log_lock, open(self._call_log, 'a') as f:
+      f.write(method.rsplit('/', 1)[-1] + '\n')
 
   def service(self, handler_call_details):
     method = handler_call_details.method
@@ -160,6 +169,8 @@ class _Relay:
         self._callables[method] = forward
 
     def behavior(request: bytes, context):
+      if self._call_log:
+        self._note(method)
       try:
         return forward(request)
       except self._grpc.RpcError as e:
@@ -293,6 +304,13 @@ def serve() -> int:
   credentials_pair = None
   if FLAGS.tls_cert:
     credentials_pair = (_read('tls_key'), _read('tls_cert'))
+  if FLAGS.call_log:
+    try:
+      with open(FLAGS.call_log, 'a'):
+        pass
+    except OSError as e:
+      raise UsageError(f'--call_log={FLAGS.call_log}: cannot append to it '
+                       f'({e.strerror}).') from e
   binary = worker_binary_path()
 
   import grpc  # pylint: disable=g-import-not-at-top
@@ -315,7 +333,7 @@ def serve() -> int:
     # is refused instead of sharing its connections.
     server = grpc.server(
         concurrent.futures.ThreadPoolExecutor(max_workers=FLAGS.threads),
-        handlers=[_Relay(channel)],
+        handlers=[_Relay(channel, FLAGS.call_log)],
         options=worker_env.GRPC_OPTIONS + (('grpc.so_reuseport', 0),))
     address = listen_address(FLAGS.host, FLAGS.port)
     try:

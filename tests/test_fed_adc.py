@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import binary
+from tests import replay
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_adc
@@ -218,6 +219,32 @@ BINARY_FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
 _run_binary = binary.run_train
 
 
+_FED_AVG = {}
+
+
+def _fed_avg(model_fn, lr):
+  """FedAvg on digits' model, built once for the module's binary tests."""
+  if lr not in _FED_AVG:
+    _FED_AVG[lr] = algorithms.build_fed_opt(
+        model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+  return _FED_AVG[lr]
+
+
+def _direct(algorithm, model_fn, lr):
+  """The process each binary run must have built, from the builders."""
+  if algorithm == 'fedadc':
+    return algorithms.build_fed_adc(model_fn, client_learning_rate=lr,
+                                    beta=0.8, beta_local=0.5,
+                                    variant='nesterov')
+  if algorithm == 'fedadc_plus':
+    return algorithms.build_fed_adc(model_fn, client_learning_rate=lr,
+                                    beta=0.9, local_momentum=0.5,
+                                    distillation=True, distill_lambda=0.35,
+                                    distill_temperature=2.0)
+  return algorithms.build_slowmo(model_fn, client_learning_rate=lr, beta=0.9)
+
+
 @pytest.mark.parametrize('algorithm, extra, recorded', [
     ('fedadc', ['--fedadc_variant=nesterov', '--beta=0.8', '--beta_local=0.5'],
      dict(beta=0.8, beta_local=0.5, fedadc_variant='nesterov',
@@ -227,9 +254,11 @@ _run_binary = binary.run_train
           distill_temperature=2.0)),
     ('slowmo', [], dict(beta=0.9)),
 ])
-def test_binary_trains_two_rounds(algorithm, extra, recorded, tmp_path):
+def test_binary_trains_two_rounds(algorithm, extra, recorded, tmp_path,
+                                  monkeypatch):
   import csv  # pylint: disable=g-import-not-at-top
   import json  # pylint: disable=g-import-not-at-top
+  recorder = replay.Recorder(monkeypatch)
   output_dir = str(tmp_path / 'run')
   assert _run_binary(*BINARY_FAST, f'--algorithm={algorithm}', *extra,
                      f'--output_dir={output_dir}') == 0
@@ -245,6 +274,21 @@ def test_binary_trains_two_rounds(algorithm, extra, recorded, tmp_path):
   assert hparams['algorithm'] == algorithm
   for name, value in recorded.items():
     assert hparams[name] == value
+  # The rounds the binary ran are those of the builder's process with the
+  # same arguments, bit for bit, and not FedAvg's.
+  lr = float(recorder.hparams['client_lr'])
+  direct = _direct(algorithm, recorder.model_fn, lr)
+  assert len(recorder.rounds) == 2
+  for got, want in zip(recorder.replay(direct), recorder.recorded_states()):
+    replay.assert_same_bits(got, want)
+  fed_avg = _fed_avg(recorder.model_fn, lr)
+  state, (datasets,), want = recorder.rounds[-1]
+  start = fed_avg.set_model_weights(fed_avg.initialize(),
+                                    direct.get_model_weights(state))
+  fed_avg_weights = fed_avg.get_model_weights(
+      fed_avg.next(start, datasets).state)
+  assert replay.max_difference(fed_avg_weights,
+                               direct.get_model_weights(want)) > 1e-4
 
 
 @pytest.mark.parametrize('extra, message', [

@@ -1,9 +1,10 @@
-"""One assembly path: SCAFFOLD, FedADC and FedBN as recipes, `recipe.assemble`.
+"""One assembly path: FedBN over other recipes, `recipe.assemble`.
 
-Each recipe is assembled directly (as its builder does) and run for two
-rounds on `tests/tiny.py`'s model and clients, against the NumPy references
-the algorithms' own test modules pin their builders to. FedBN wraps any
-base recipe, SCAFFOLD's included.
+SCAFFOLD's and FedADC's builders are `recipe.assemble` of their recipes and
+their own test modules pin them to NumPy; here FedBN's recipe wraps other
+base recipes (FedProx's, and SCAFFOLD's, which FedBN's builder does not
+list), assembled directly and run for two rounds on `tests/tiny.py`'s model
+and clients.
 
 Every assembled algorithm averages the model's non-trainable variables
 (`recipe.with_shared_non_trainables`): on `test_fed_bn`'s BN model the
@@ -18,12 +19,9 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tests import test_fed_adc
 from tests import test_fed_bn
-from tests import test_scaffold
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.algorithms import fed_adc
 from tff_opt.algorithms import fed_bn
 from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import fed_prox
@@ -47,50 +45,6 @@ def _sgd(lr):
 def _assert_close(got, want):
   for g, w in zip(got, want):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-
-
-def test_scaffold_recipe_assembled_matches_numpy():
-  process = recipe.assemble(
-      tiny.model_fn,
-      scaffold.scaffold_recipe(server_optimizer_fn=_sgd(1.0)),
-      client_optimizer_fn=_sgd(test_scaffold.CLIENT_LR),
-      client_weighting=NUM_EXAMPLES, client_lr_schedule=None)
-  assert client_states.is_client_stateful(process)
-  clients = tiny.make_clients(num_clients=3, seed=9)
-  schedule = [[0, 1, 2]] * ROUNDS
-  state = tiny.set_weights(process, process.initialize(),
-                           tiny.initial_weights())
-  own = [process.initial_client_state() for _ in clients]
-  for sampled in schedule:
-    output, own = process.next(
-        state, tiny.full_batch_datasets(clients, test_scaffold.LOCAL_STEPS),
-        own)
-    state = output.state
-  w, c, c_own = test_scaffold.numpy_scaffold(clients, schedule)
-  _assert_close(tiny.trainable(process, state), w)
-  _assert_close(state.finalizer['extras']['control_variate'], c)
-  for k in sampled:
-    _assert_close(own[k]['control_variate'], c_own[k])
-  assert np.abs(c[0]).max() > 1e-3  # The control variate is really there.
-
-
-@pytest.mark.parametrize('variant', ['heavy_ball', 'nesterov'])
-def test_fed_adc_recipe_assembled_matches_numpy(variant):
-  process = recipe.assemble(
-      tiny.model_fn,
-      fed_adc.fed_adc_recipe(client_learning_rate=0.2, beta=0.8,
-                             beta_local=0.5, alpha=0.9, variant=variant),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.2),
-      client_weighting=UNIFORM, client_lr_schedule=None)
-  clients = tiny.make_clients()
-  state = test_fed_adc._run(  # pylint: disable=protected-access
-      process, clients, rounds=ROUNDS)
-  w, m = test_fed_adc.numpy_fed_adc(
-      clients, lr_of_round=lambda t: 0.2, beta_global=0.8, beta_local=0.5,
-      alpha=0.9, variant=variant, rounds=ROUNDS)
-  _assert_close(tiny.trainable(process, state), w)
-  _assert_close(state.finalizer['momentum'], m)
-  assert np.abs(m[0]).max() > 1e-2
 
 
 def test_fed_bn_over_fed_prox_recipe_assembled_matches_numpy():

@@ -22,8 +22,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import binary
+from tests import replay
 from tests import tiny
 from tff_opt import algorithms
+from tff_opt.program import flag_adapters
 from tff_opt.program import runtime
 from tff_opt.program import training_loop
 
@@ -110,7 +112,8 @@ class Workers:
         environ[key] = value
     log = open(os.path.join(self._log_dir, f'{name}.log'), 'w')
     self.procs[name] = subprocess.Popen(
-        [sys.executable, '-m', 'binaries.worker', f'--port={port}', *flags],
+        [sys.executable, '-m', 'binaries.worker', f'--port={port}',
+         f'--call_log={self._call_log(name)}', *flags],
         cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=environ)
     log.close()
     self.ports[name] = port
@@ -122,6 +125,23 @@ class Workers:
 
   def address(self, name):
     return f'127.0.0.1:{self.ports[name]}'
+
+  def _call_log(self, name):
+    return os.path.join(self._log_dir, f'{name}.calls')
+
+  def computations(self, name):
+    """How many computations worker `name` has been asked to run so far
+    (its `--call_log`: one `CreateCall` line each)."""
+    try:
+      with open(self._call_log(name)) as f:
+        return sum(line.strip() == 'CreateCall' for line in f)
+    except FileNotFoundError:
+      return 0
+
+  def ran_on(self, *names):
+    """A context that fails unless each worker in `names` ran computations
+    inside it: a silently missing remote context computes locally."""
+    return _RanOn(self, names)
 
   def wait_ready(self, *names):
     deadline = time.monotonic() + WORKER_START_SECONDS
@@ -157,6 +177,21 @@ class Workers:
       except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=15)
+
+
+class _RanOn:
+
+  def __init__(self, workers, names):
+    self._workers, self._names = workers, names
+
+  def __enter__(self):
+    self._before = [self._workers.computations(n) for n in self._names]
+
+  def __exit__(self, exc_type, *_):
+    if exc_type is None:
+      after = [self._workers.computations(n) for n in self._names]
+      idle = [n for n, b, a in zip(self._names, self._before, after) if a <= b]
+      assert not idle, f'no computation ran on worker(s) {idle}'
 
 
 # --- Local references (before any worker exists) -----------------------------
@@ -311,6 +346,19 @@ def test_worker_refuses_half_a_tls_pair(certs):
       '--tls_cert).')
 
 
+def test_worker_names_a_call_log_it_cannot_write(tmp_path):
+  path = tmp_path / 'missing' / 'calls'
+  result = subprocess.run(
+      [sys.executable, '-m', 'binaries.worker', '--port=9',
+       f'--call_log={path}'], cwd=REPO, capture_output=True, text=True,
+      timeout=60)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      f'worker: error: --call_log={path}: cannot append to it (No such file '
+      'or directory).')
+  assert not path.parent.exists()
+
+
 # --- GPUs on a CPU-only machine ----------------------------------------------
 
 _HAS_GPU = bool(tf.config.list_physical_devices('GPU'))
@@ -346,7 +394,9 @@ def test_two_workers_give_the_local_weights(workers, tiny_process,
                                             local_results):
   runtime.set_remote_execution_context(
       [('127.0.0.1', workers.ports['a']), ('127.0.0.1', workers.ports['b'])])
-  for got, want in zip(_tiny_rounds(tiny_process), local_results['weights']):
+  with workers.ran_on('a', 'b'):
+    weights = _tiny_rounds(tiny_process)
+  for got, want in zip(weights, local_results['weights']):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -358,9 +408,10 @@ def test_grouped_clients_on_two_workers_give_the_local_state(
   process, datasets, start, want = grouped_local
   runtime.set_remote_execution_context(
       [('127.0.0.1', workers.ports['a']), ('127.0.0.1', workers.ports['b'])])
-  got, _ = test_vectorized.run(
-      process, process.set_model_weights(process.initialize(), start),
-      datasets)
+  with workers.ran_on('a', 'b'):
+    got, _ = test_vectorized.run(
+        process, process.set_model_weights(process.initialize(), start),
+        datasets)
   for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
                                atol=1e-6)
@@ -372,7 +423,9 @@ def test_tls_worker_with_its_self_signed_root(workers, certs, tiny_process,
     root = f.read()
   runtime.set_remote_execution_context(workers.address('tls'),
                                        tls_root_certificates=root)
-  for got, want in zip(_tiny_rounds(tiny_process), local_results['weights']):
+  with workers.ran_on('tls'):
+    weights = _tiny_rounds(tiny_process)
+  for got, want in zip(weights, local_results['weights']):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -396,18 +449,35 @@ def test_wrong_root_certificate_is_a_clear_error(workers, certs, capsys,
 
 
 def test_client_stateful_algorithm_runs_on_workers(workers, capsys,
-                                                   tmp_path):
+                                                   tmp_path, monkeypatch):
   # Client states travel with each client's position in the round
   # (tff_opt/round/client_states.py); tests/test_workers_stateful.py
   # compares them, algorithm by algorithm, with a local run's.
   addresses = f'{workers.address("a")},{workers.address("b")}'
   output_dir = str(tmp_path / 'run')
-  code = binary.run_train(*FAST, '--algorithm=scaffold',
-                          f'--workers={addresses}', f'--output_dir={output_dir}')
+  recorder = replay.Recorder(monkeypatch)
+  with workers.ran_on('a', 'b'):
+    code = binary.run_train(*FAST, '--algorithm=scaffold',
+                            f'--workers={addresses}',
+                            f'--output_dir={output_dir}')
   assert code == 0, capsys.readouterr().err
   rows = _rows(output_dir)
   assert [r['round'] for r in rows] == ['1', '2', '3']
-  assert all(np.isfinite(float(r['train_loss'])) for r in rows)
+  # The rounds the workers ran are SCAFFOLD's as its builder makes it from
+  # the run's optimizers and population N, bit for bit, and not FedAvg's.
+  shared = flag_adapters.shared_arguments(recorder.hparams)
+  scaffold = algorithms.build_scaffold(
+      recorder.model_fn, num_clients=recorder.num_clients, **shared)
+  assert len(recorder.rounds) == ROUNDS
+  for got, want in zip(recorder.replay(scaffold), recorder.recorded_states()):
+    replay.assert_same_bits(got, want)
+  fed_avg = algorithms.build_fed_opt(recorder.model_fn, **shared)
+  state, (datasets, _), want = recorder.rounds[-1]
+  start = fed_avg.set_model_weights(fed_avg.initialize(),
+                                    scaffold.get_model_weights(state))
+  assert replay.max_difference(
+      fed_avg.get_model_weights(fed_avg.next(start, datasets).state),
+      scaffold.get_model_weights(want)) > 1e-4
 
 
 def two_dependent_aggregates(value_type, weight_type) -> tff.Computation:

@@ -271,8 +271,8 @@ def workers(local_runs, local_fedcurv_binary, tmp_path_factory):
 @pytest.mark.parametrize('name', sorted(BUILDERS))
 def test_two_workers_give_the_local_states(name, processes, local_runs,
                                            workers):
-  del workers
-  got = _train(processes[name])
+  with workers.ran_on('a', 'b'):
+    got = _train(processes[name])
   want = local_runs[name]
   _assert_same_run(got, want)
   if want.client_states is not None:
@@ -283,7 +283,6 @@ def test_two_workers_give_the_local_states(name, processes, local_runs,
 
 def test_states_come_home_when_the_last_worker_finishes_first(
     processes, local_runs, workers, monkeypatch):
-  del workers
   after_merge = mergeable_comp_execution_context._invoke_after_merge_in_async_pool  # pylint: disable=protected-access
   slices = []
 
@@ -294,7 +293,8 @@ def test_states_come_home_when_the_last_worker_finishes_first(
 
   monkeypatch.setattr(mergeable_comp_execution_context,
                       '_invoke_after_merge_in_async_pool', last_worker_first)
-  got = _train(processes['scaffold'])
+  with workers.ran_on('a', 'b'):
+    got = _train(processes['scaffold'])
   assert slices == [2] * ROUNDS  # Two slices a round, reversed.
   _assert_same_run(got, local_runs['scaffold'])
 
@@ -317,8 +317,9 @@ def test_binary_fedcurv_with_client_state_on_workers_is_the_local_run(
   round, slices of 2 and 2)."""
   addresses = f'{workers.address("a")},{workers.address("b")}'
   output_dir = str(tmp_path / 'run')
-  assert binary.run_train(*FEDCURV_EXACT, f'--workers={addresses}',
-                          f'--output_dir={output_dir}') == 0
+  with workers.ran_on('a', 'b'):
+    assert binary.run_train(*FEDCURV_EXACT, f'--workers={addresses}',
+                            f'--output_dir={output_dir}') == 0
   got_rows, want_rows = (_metric_rows(output_dir),
                          _metric_rows(local_fedcurv_binary))
   assert [r['round'] for r in got_rows] == ['1', '2', '3']
