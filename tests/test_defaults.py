@@ -19,6 +19,12 @@ def test_durations_and_the_eta_at_the_pace_so_far():
   # 2 rounds in 130 s, 3 left: 195 s more.
   assert training_loop.progress(130, 2, 3) == 'elapsed 2:10  eta 3:15'
   assert training_loop.progress(130, 2, 0) == 'elapsed 2:10  eta 0:00'
+  # The first round (its 100 s include tracing) is left out of the pace once
+  # a later one finished: (130 - 100) / 1 s a round for the 3 left.
+  assert training_loop.progress(130, 2, 3, first=100) == (
+      'elapsed 2:10  eta 1:30')
+  assert training_loop.progress(100, 1, 3, first=100) == (
+      'elapsed 1:40  eta 5:00')
 
 
 def test_every_round_line_ends_with_elapsed_and_eta():
