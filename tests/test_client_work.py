@@ -356,13 +356,14 @@ def _dropout_clone_model_fn():
 
   def model_fn():
     keras_model = tff_layers.with_stateless_dropout(tf.keras.Sequential([
-        tf.keras.layers.Dense(5, activation='relu', input_shape=(3,)),
+        tf.keras.layers.Dense(5, activation='relu',
+                              input_shape=(tiny.NUM_FEATURES,)),
         tf.keras.layers.Dropout(0.5),
-        tf.keras.layers.Dense(2)]))
+        tf.keras.layers.Dense(tiny.NUM_CLASSES)]))
     return tff.learning.models.from_keras_model(
         keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(
             from_logits=True),
-        input_spec=(tf.TensorSpec([None, 3], tf.float32),
+        input_spec=(tf.TensorSpec([None, tiny.NUM_FEATURES], tf.float32),
                     tf.TensorSpec([None], tf.int32)))
 
   return model_fn
@@ -379,3 +380,21 @@ def test_model_to_overwrite_builds_a_clone_once_and_draws_nothing():
   assert len(model.trainable_variables) == 4
   for name, value in values.items():
     np.testing.assert_array_equal(value, np.zeros_like(plain[name]), name)
+
+
+def test_a_kept_zeroed_clone_trains_bit_for_bit_as_the_built_model(
+    monkeypatch):
+  model_fn = _dropout_clone_model_fn()
+  with tf.Graph().as_default():
+    start = tff.learning.models.ModelWeights.from_model(model_fn())
+    start = tf.nest.map_structure(
+        lambda v: np.random.default_rng(2).normal(
+            scale=0.5, size=v.shape).astype(np.float32), start)
+  kept, _ = _one_round(client_work.build_local_training(model_fn, _sgd()),
+                       start)
+  monkeypatch.setattr(ground, 'model_to_overwrite', lambda fn: fn())
+  built, _ = _one_round(client_work.build_local_training(model_fn, _sgd()),
+                        start)
+  assert all(np.any(d) for d in kept.update)
+  for a, b in zip(kept.update, built.update):
+    np.testing.assert_array_equal(a, b)
