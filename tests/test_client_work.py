@@ -20,6 +20,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
+from tff_opt import layers as tff_layers
 from tff_opt.round import client_work
 from tff_opt.round import ground
 from tff_opt.round import momentum
@@ -281,17 +282,23 @@ def test_client_loop_with_fed_adc_hooks_matches_numpy_nesterov():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def _lstm_bn_model_fn(extra_trainable=False):
-  """An LSTM (orthogonal recurrent initializer: a QR) and a batch norm."""
+def _lstm_bn_model_fn(read_unlisted=False):
+  """An LSTM (orthogonal recurrent initializer: a QR) and a batch norm.
+
+  With `read_unlisted`, the output is scaled by a trainable variable that
+  is not among the model's variables (a `Lambda` does not track it).
+  """
 
   def model_fn():
-    keras_model = tf.keras.Sequential([
-        tf.keras.layers.LSTM(4, input_shape=(3, 2)),
-        tf.keras.layers.BatchNormalization(),
-        tf.keras.layers.Dense(2)])
-    if extra_trainable:  # Trainable, but not among the model's variables.
-      tf.Variable(lambda: tf.ones([3]), shape=[3], dtype=tf.float32,
-                  trainable=True, name='unlisted')
+    layers = [tf.keras.layers.LSTM(4, input_shape=(3, 2)),
+              tf.keras.layers.BatchNormalization(),
+              tf.keras.layers.Dense(2)]
+    if read_unlisted:
+      unlisted = tf.Variable(lambda: tf.ones([2]), shape=[2],
+                             dtype=tf.float32, trainable=True,
+                             name='unlisted')
+      layers.append(tf.keras.layers.Lambda(lambda x: x * unlisted))
+    keras_model = tf.keras.Sequential(layers)
     return tff.learning.models.from_keras_model(
         keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(
             from_logits=True),
@@ -330,7 +337,7 @@ def test_model_to_overwrite_skips_trainable_initializers_only():
              if 'moving_variance' in n)
 
 
-def test_model_to_overwrite_rebuilds_when_a_trainable_is_unlisted():
+def test_model_to_overwrite_rebuilds_when_an_unlisted_trainable_is_read():
   ops, model, values = _initial_values(
       lambda: ground.model_to_overwrite(_lstm_bn_model_fn(True)))
   # The first, zeroed build is dropped; the model returned is built as is.
@@ -338,3 +345,56 @@ def test_model_to_overwrite_rebuilds_when_a_trainable_is_unlisted():
   kernels = [values[v.name] for v in model.trainable_variables
              if 'kernel' in v.name]
   assert kernels and all(np.any(k != 0) for k in kernels)
+  unlisted = [value for name, value in values.items() if 'unlisted' in name]
+  assert len(unlisted) == 2 and any(np.all(v == 1) for v in unlisted)
+
+
+def _dropout_clone_model_fn():
+  """A model as `layers.with_stateless_dropout` builds EMNIST-CR's: a clone
+  of a Keras model, whose own variables stay in the graph, unlisted and
+  never read."""
+
+  def model_fn():
+    keras_model = tff_layers.with_stateless_dropout(tf.keras.Sequential([
+        tf.keras.layers.Dense(5, activation='relu',
+                              input_shape=(tiny.NUM_FEATURES,)),
+        tf.keras.layers.Dropout(0.5),
+        tf.keras.layers.Dense(tiny.NUM_CLASSES)]))
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True),
+        input_spec=(tf.TensorSpec([None, tiny.NUM_FEATURES], tf.float32),
+                    tf.TensorSpec([None], tf.int32)))
+
+  return model_fn
+
+
+def test_model_to_overwrite_builds_a_clone_once_and_draws_nothing():
+  plain_ops, _, plain = _initial_values(_dropout_clone_model_fn())
+  ops, model, values = _initial_values(
+      lambda: ground.model_to_overwrite(_dropout_clone_model_fn()))
+  assert {o for o in plain_ops if 'Random' in o}
+  assert not {o for o in ops if 'Random' in o}
+  # One build: the clone and its original (4 + 4 weights), no second pair.
+  assert len(values) == len(plain) == 8
+  assert len(model.trainable_variables) == 4
+  for name, value in values.items():
+    np.testing.assert_array_equal(value, np.zeros_like(plain[name]), name)
+
+
+def test_a_kept_zeroed_clone_trains_bit_for_bit_as_the_built_model(
+    monkeypatch):
+  model_fn = _dropout_clone_model_fn()
+  with tf.Graph().as_default():
+    start = tff.learning.models.ModelWeights.from_model(model_fn())
+    start = tf.nest.map_structure(
+        lambda v: np.random.default_rng(2).normal(
+            scale=0.5, size=v.shape).astype(np.float32), start)
+  kept, _ = _one_round(client_work.build_local_training(model_fn, _sgd()),
+                       start)
+  monkeypatch.setattr(ground, 'model_to_overwrite', lambda fn: fn())
+  built, _ = _one_round(client_work.build_local_training(model_fn, _sgd()),
+                        start)
+  assert all(np.any(d) for d in kept.update)
+  for a, b in zip(kept.update, built.update):
+    np.testing.assert_array_equal(a, b)
