@@ -129,3 +129,25 @@ def test_a_sequence_models_evaluation_logs_nothing(tmp_path):
   plain = evaluation.build_evaluator(model_fn, data)(weights)
   assert logged == plain
   assert not os.path.exists(path)
+
+
+def test_an_autoencoders_evaluation_logs_nothing(tmp_path):
+  # Predictions (batch, pixels) like a classifier's, but float targets: no
+  # argmax to compare, so no record, and the plain pass's metrics.
+  x = np.random.default_rng(0).random((6, 4)).astype(np.float32)
+  data = tf.data.Dataset.from_tensor_slices((x, x)).batch(4)
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([tf.keras.layers.Dense(4,
+                                                             input_shape=(4,))])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.MeanSquaredError(),
+        input_spec=data.element_spec,
+        metrics=[tf.keras.metrics.MeanSquaredError()])
+
+  path = str(tmp_path / evaluation.CORRECT_FILE)
+  weights = tff.learning.models.ModelWeights.from_model(model_fn())
+  logged = evaluation.build_evaluator(model_fn, data, correct_path=path)(
+      weights, round_num=1)
+  assert logged == evaluation.build_evaluator(model_fn, data)(weights)
+  assert not os.path.exists(path)

@@ -63,10 +63,14 @@ def build_evaluator(
     model_fn: The task's no-arg model builder.
     dataset: Batched evaluation data, iterated in full on each call.
     correct_path: Where to record each evaluated round's per-example
-      correctness (`write_correct`), for a classifier whose predictions
-      are (batch, classes) scores; `None`: not recorded. A call without
-      `round_num` records nothing.
+      correctness (`write_correct`), for a classifier: integer labels and
+      (batch, classes) scores. Any other model (an autoencoder's float
+      targets, a language model's sequences, multi-label scores) records
+      nothing. `None`: not recorded. A call without `round_num` records
+      nothing.
   """
+  if not _labels(dataset.element_spec).dtype.is_integer:
+    correct_path = None  # Not a classifier: no argmax to compare.
   model = model_fn()
   weights = tff.learning.models.ModelWeights.from_model(model)
   finalizers = ground.unconverted_finalizers(model)
