@@ -134,14 +134,24 @@ def test_sighup_stops_like_sigterm_with_status_129(capsys):
   # names the signal and exits 128 + 1.
   import signal  # pylint: disable=g-import-not-at-top
   import binaries  # pylint: disable=g-import-not-at-top
-  previous = binaries.stop_on_signals()
+  # The harness may run under nohup (SIGHUP ignored): start from the default.
+  harness = signal.signal(signal.SIGHUP, signal.SIG_DFL)
   try:
-    assert set(previous) == {signal.SIGTERM, signal.SIGHUP}
-    with pytest.raises(binaries.Terminated) as stopped:
-      os.kill(os.getpid(), signal.SIGHUP)
-      signal.sigtimedwait([], 0)  # Lets the handler run if it has not yet.
-  finally:
+    previous = binaries.stop_on_signals()
+    try:
+      assert set(previous) == {signal.SIGTERM, signal.SIGHUP}
+      with pytest.raises(binaries.Terminated) as stopped:
+        os.kill(os.getpid(), signal.SIGHUP)
+        signal.sigtimedwait([], 0)  # Lets the handler run if not yet.
+    finally:
+      binaries.restore_signals(previous)
+    # Under nohup SIGHUP stays ignored: only SIGTERM is taken over.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    previous = binaries.stop_on_signals()
     binaries.restore_signals(previous)
+    assert set(previous) == {signal.SIGTERM}
+  finally:
+    signal.signal(signal.SIGHUP, harness)
   assert stopped.value.signum == signal.SIGHUP
   with pytest.raises(SystemExit) as exited:
     binaries.exit_interrupted('train', stopped.value,
