@@ -64,7 +64,7 @@ def test_fedcurv_exact_and_fedfor_grad_at_zero_are_recorded():
   assert _hparams('--algorithm=fedcurv', '--lam=0.1')['fedcurv_exact'] == (
       'auto')
   assert _hparams('--algorithm=fedfor',
-                  '--fedfor_grad_at_zero=1')['fedfor_grad_at_zero'] == '1'
+                  '--fedfor_grad_at_zero=1')['fedfor_grad_at_zero'] == 1
 
 
 def test_feddyn_runs_its_papers_sgd_step_not_the_tasks_yogi():

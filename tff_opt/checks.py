@@ -1,8 +1,13 @@
-"""Checks every builder shares: hyper-parameter ranges and the finite guard.
+"""Checks every builder shares: argument ranges and the finite guard.
 
-Hyper-parameters are checked when a process is built, before anything is
-traced, each kind of range with one message (`<name> must be positive, got
-<value>.`), so a flag's error reads the same whichever algorithm it reaches.
+Arguments are checked when a process is built, before anything is traced,
+each kind of range with one message (`<name> must be positive, got
+<value>.`), so an error reads the same whichever builder raises it. A
+declared hyper-parameter (`tff_opt.algorithms.hparams.HParam`) is checked by
+its declaration, which words its messages as these do and uses
+`checkable`, `finite_number` and `shown`; the `check_*` functions are for
+the other arguments (optimizers' learning rates, a schedule's decay, a
+task's population, ...).
 A symbolic tensor (a hyper-parameter set inside a computation) cannot be
 checked then and is let through.
 
@@ -19,12 +24,12 @@ import numpy as np
 import tensorflow as tf
 
 
-def _checkable(value: Any) -> bool:
+def checkable(value: Any) -> bool:
   """Whether `value` can be checked now (it is not a symbolic tensor)."""
   return not tf.is_symbolic_tensor(value)
 
 
-def _finite(value: Any) -> Optional[float]:
+def finite_number(value: Any) -> Optional[float]:
   """`value` as a float, or `None` unless it is a finite real number.
 
   A bool and a string are not numbers here, whatever `float()` makes of
@@ -39,16 +44,16 @@ def _finite(value: Any) -> Optional[float]:
   return number if math.isfinite(number) else None
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
   """How a refused value is written in a message ('big' quoted)."""
   return repr(value) if isinstance(value, (str, bytes)) else str(value)
 
 
 def check_positive(name: str, value: Any) -> None:
   """Raises ValueError unless `value` is a finite number > 0."""
-  number = _finite(value) if _checkable(value) else 1.0
+  number = finite_number(value) if checkable(value) else 1.0
   if number is None or number <= 0.0:
-    raise ValueError(f'{name} must be positive, got {_shown(value)}.')
+    raise ValueError(f'{name} must be positive, got {shown(value)}.')
 
 
 def check_non_negative(name: str, value: Any) -> None:
@@ -57,17 +62,17 @@ def check_non_negative(name: str, value: Any) -> None:
   A penalty's coefficient (mu, alpha, lam) of 0 is the base algorithm, so
   0 is allowed.
   """
-  number = _finite(value) if _checkable(value) else 0.0
+  number = finite_number(value) if checkable(value) else 0.0
   if number is None or number < 0.0:
     raise ValueError(
-        f'{name} must be a non-negative number, got {_shown(value)}.')
+        f'{name} must be a non-negative number, got {shown(value)}.')
 
 
 def check_unit_interval(name: str, value: Any) -> None:
   """Raises ValueError unless 0 <= `value` < 1 (a momentum, a decay)."""
-  number = _finite(value) if _checkable(value) else 0.0
+  number = finite_number(value) if checkable(value) else 0.0
   if number is None or not 0.0 <= number < 1.0:
-    raise ValueError(f'{name} must be in [0, 1), got {_shown(value)}.')
+    raise ValueError(f'{name} must be in [0, 1), got {shown(value)}.')
 
 
 def check_int(name: str, value: Any, minimum: int = 1) -> None:

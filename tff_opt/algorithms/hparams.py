@@ -1,36 +1,42 @@
 """An algorithm's hyper-parameters, declared once, in the algorithm's module.
 
 Each algorithm module opens with its `Spec`: the one-line summary, the
-hyper-parameters of its own (`HParam`: flag name, default, bounds, help),
-its paper's client weighting, who makes its server step and which facts
-of the task its builder takes. Everything else reads that declaration:
+hyper-parameters of its own (`HParam`: flag name, builder argument,
+default, bounds, help), its paper's client weighting, who makes its server
+step, which facts of the task its builder takes and which builder arguments
+its registry entry fixes. Everything else reads that declaration:
 
 - the library builder's defaults (`build_fed_curv`'s `client_weighting` is
   `fed_curv.SPEC.client_weighting`, `build_fed_ntd`'s `beta` is
   `fed_ntd.NTD_BETA.default`: the same objects);
-- `binaries.train`'s flags (`define_flag`, with the declared default,
-  bounds and help);
-- the registry's entry (`tff_opt.program.registry`: which flags an
-  algorithm reads, which it needs, its default weighting and server rule).
-
-`HParam.check` tests a value against the declared bounds; a declaration's
-own default is checked when it is made. Values that reach a builder
-without a flag are checked by the builder itself (`tff_opt.checks`), with
-the library's messages.
+- the library builder's range checks: `HParam.check` is the one validator
+  of a declared hyper-parameter (`build_fed_dyn` calls
+  `fed_dyn.ALPHA.check(alpha)`), with the library's messages (`alpha must
+  be positive, got 0.0.`, `tff_opt.checks`);
+- `binaries.train`'s flags (`define_flag`: the declared default and help,
+  and a validator that is `HParam.check`, so that `--feddyn_alpha=0` is
+  refused with the builder's own sentence);
+- the registry (`tff_opt.program.registry`): which flags an algorithm
+  reads, which it needs, which builder argument each flag is, its default
+  weighting and server rule;
+- the documentation's flag reference (`docs/_ext/tffopt_docs.py`:
+  `HParam.range_text`).
 
 Two hyper-parameters are shared by several algorithms and declared here:
 `--beta` (FedADC's and SlowMo's global momentum) and `--mu` (FedProx's
 proximal strength, FedPTR's base strength). Everything an algorithm's update
 needs beyond its own hyper-parameters (client and server optimizers,
 client learning-rate schedule, client weighting) is a builder argument
-every algorithm shares (`tff_opt.program.flag_adapters.shared_arguments`).
+every algorithm shares (`tff_opt.program.registry.shared_arguments`).
 """
 
 import dataclasses
-import math
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow_federated as tff
+
+from tff_opt import checks
 
 KINDS = ('float', 'integer', 'boolean', 'enum')
 SERVER_RULES = ('optimizer', 'sgd', 'own')
@@ -39,7 +45,7 @@ TASK_FACTS = ('num_clients', 'client_epochs')
 
 @dataclasses.dataclass(frozen=True)
 class HParam:
-  """One hyper-parameter: its flag, default, bounds and help.
+  """One hyper-parameter: its flag, builder argument, default, bounds, help.
 
   Attributes:
     flag: The `binaries.train` flag, without dashes (`lam`, `feddyn_alpha`).
@@ -48,9 +54,14 @@ class HParam:
     help: The flag's help text.
     kind: 'float', 'integer', 'boolean' or 'enum'.
     choices: An enum's values.
-    lower: Smallest value allowed (inclusive), or `None`.
-    upper: Largest value allowed (inclusive), or `None`.
+    lower: The lower bound, or `None`.
+    upper: The upper bound, or `None`.
+    lower_open: `lower` itself is refused (`> 0` rather than `>= 0`).
+    upper_open: `upper` itself is refused (a momentum's `[0, 1)`).
     needed: The algorithm refuses to run without a value (no default).
+    argument: The builder's argument the flag's value is passed as, where
+      it is not the flag's name (`--feddyn_alpha` is `alpha`); see
+      `argument_name`.
   """
   flag: str
   default: Any
@@ -59,7 +70,10 @@ class HParam:
   choices: tuple[str, ...] = ()
   lower: Optional[float] = None
   upper: Optional[float] = None
+  lower_open: bool = False
+  upper_open: bool = False
   needed: bool = False
+  argument: Optional[str] = None
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -67,44 +81,105 @@ class HParam:
                        f'of {KINDS}.')
     if (self.kind == 'enum') != bool(self.choices):
       raise ValueError(f'HParam {self.flag}: choices go with kind enum.')
+    if self.kind not in ('float', 'integer') and (
+        self.lower is not None or self.upper is not None):
+      raise ValueError(f'HParam {self.flag}: bounds go with kind float or '
+                       'integer.')
+    if (self.lower_open and self.lower is None) or (
+        self.upper_open and self.upper is None):
+      raise ValueError(f'HParam {self.flag}: an open bound needs its value.')
     if self.needed and self.default is not None:
       raise ValueError(f'HParam {self.flag}: a needed one has no default.')
     if self.default is not None:
       self.check(self.default)
 
-  def check(self, value: Any) -> None:
+  @property
+  def argument_name(self) -> str:
+    """The builder's argument: `argument`, or else the flag's name."""
+    return self.argument or self.flag
+
+  def check(self, value: Any, name: Optional[str] = None) -> None:
     """Raises `ValueError` if `value` is out of the declared range.
 
-    `None` passes unless `needed` (the algorithm's own default then).
+    The one check of a declared hyper-parameter: the builders call it on
+    their arguments, `define_flag`'s validator on the flag's value and the
+    registry on the values it is given. `None` passes where the declared
+    default is `None` and the value is not `needed` (the builder derives
+    one: `--beta_local`); a symbolic tensor (a value set inside a
+    computation) cannot be checked and passes.
+
+    Args:
+      value: The value.
+      name: What the message calls it (default: `argument_name`).
+
+    Raises:
+      ValueError: `<name> must be <what>, got <value>.`, e.g. `alpha must
+        be positive, got 0.0.` (`requirement` says what).
     """
-    if value is None:
-      if self.needed:
-        raise ValueError(f'--{self.flag} is needed.')
+    name = name or self.argument_name
+    if value is None and self.default is None and not self.needed:
       return
+    if value is not None and (not checks.checkable(value) or
+                              self._accepts(value)):
+      return
+    shown = (checks.shown(value) if self.kind == 'float' else repr(value))
+    raise ValueError(f'{name} must be {self.requirement()}, got {shown}.')
+
+  def _accepts(self, value: Any) -> bool:
+    """Whether `value` (not `None`) is of the kind and in the bounds."""
     if self.kind == 'enum':
-      if value not in self.choices:
-        raise ValueError(f'expected one of {", ".join(self.choices)}.')
-      return
+      return isinstance(value, str) and value in self.choices
     if self.kind == 'boolean':
-      if not isinstance(value, bool):
-        raise ValueError('expected true or false.')
-      return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-        self.kind == 'integer' and not float(value).is_integer()) or (
-            not math.isfinite(value)):
-      raise ValueError(f'expected {"an integer" if self.kind == "integer" else "a finite number"}.')
-    if ((self.lower is not None and value < self.lower) or
-        (self.upper is not None and value > self.upper)):
-      raise ValueError(f'expected a value in {self.range_text()}.')
+      return isinstance(value, (bool, np.bool_))
+    if self.kind == 'integer':
+      if isinstance(value, (bool, np.bool_)) or not isinstance(
+          value, (int, np.integer)):
+        return False
+      number = float(value)
+    else:
+      number = checks.finite_number(value)
+      if number is None:
+        return False
+    if self.lower is not None and (
+        number < self.lower or (self.lower_open and number == self.lower)):
+      return False
+    return self.upper is None or not (
+        number > self.upper or (self.upper_open and number == self.upper))
+
+  def requirement(self) -> str:
+    """What a value must be, as the messages say it.
+
+    E.g. `positive`, `a non-negative number`, `in [0, 1)`, `a positive
+    integer`, `an integer >= 0`, `one of auto, on, off`, `true or false`:
+    the words of `tff_opt.checks`' messages where a declaration has their
+    range.
+    """
+    if self.kind == 'enum':
+      return f'one of {", ".join(self.choices)}'
+    if self.kind == 'boolean':
+      return 'true or false'
+    if self.kind == 'integer':
+      if self.lower == 1 and not self.lower_open and self.upper is None:
+        return 'a positive integer'
+      bounds = self.range_text()
+      return 'an integer' + ('' if bounds == 'any' else
+                             f' {bounds}' if bounds[0] in '<>' else
+                             f' in {bounds}')
+    if self.lower == 0 and self.upper is None:
+      return 'positive' if self.lower_open else 'a non-negative number'
+    bounds = self.range_text()
+    return ('a finite number' if bounds == 'any' else
+            f'a number {bounds}' if bounds[0] in '<>' else f'in {bounds}')
 
   def range_text(self) -> str:
-    """`[0, 1]`, `>= 0`, `<= 1` or `any`."""
+    """`[0, 1]`, `[0, 1)`, `> 0`, `>= 0`, `<= 1` or `any`."""
     if self.lower is not None and self.upper is not None:
-      return f'[{self.lower:g}, {self.upper:g}]'
+      return (f'{"(" if self.lower_open else "["}{self.lower:g}, '
+              f'{self.upper:g}{")" if self.upper_open else "]"}')
     if self.lower is not None:
-      return f'>= {self.lower:g}'
+      return f'{">" if self.lower_open else ">="} {self.lower:g}'
     if self.upper is not None:
-      return f'<= {self.upper:g}'
+      return f'{"<" if self.upper_open else "<="} {self.upper:g}'
     return 'any'
 
 
@@ -123,11 +198,16 @@ class Spec:
       its paper's plain step, SGD with learning rate 1 unless `--server_lr`
       says otherwise, and an adaptive `--server_opt` is refused (FedDyn,
       FedDC); 'own': its own server rule, built in, and `--server_opt` and
-      `--server_lr` are unused (FedADC, FedADC+, SlowMo).
+      `--server_lr` are unused (FedADC, FedADC+, SlowMo): its builder takes
+      `client_learning_rate`, the rate of its own local plain SGD steps,
+      and no optimizers.
     task_facts: What the builder takes of the task beside its model:
-      'num_clients', the number of training clients (FedDyn's m);
-      'client_epochs', the local epochs each client dataset holds (FedCurv's
-      Fisher runs over one of them).
+      'num_clients', the number of training clients (FedDyn's m, FedCurv's
+      `cross_silo='auto'`); 'client_epochs', the local epochs each client
+      dataset holds (FedCurv's Fisher runs over one of them).
+    preset: Builder arguments this entry fixes, as `(argument, value)`
+      pairs: FedADC+ is FedADC's builder with `distillation=True`, FedPTR
+      its builder with `side='client'`.
   """
   summary: str
   hparams: tuple[HParam, ...] = ()
@@ -135,6 +215,7 @@ class Spec:
       tff.learning.ClientWeighting.NUM_EXAMPLES)
   server_rule: str = 'optimizer'
   task_facts: tuple[str, ...] = ()
+  preset: tuple[tuple[str, Any], ...] = ()
 
   def __post_init__(self):
     if self.server_rule not in SERVER_RULES:
@@ -156,7 +237,14 @@ class Spec:
 
 
 def define_flag(hparam: HParam, flag_values=None) -> None:
-  """Defines `hparam`'s absl flag, with its default, bounds and help.
+  """Defines `hparam`'s absl flag: its default, help and `HParam.check`.
+
+  A number's bounds are not absl's `lower_bound`/`upper_bound` (which have
+  no open bound and say it in other words): the flag's validator is the
+  declaration's own check, so the flag refuses exactly what the builder
+  refuses, with the builder's sentence (absl reports it as `flag
+  --beta=1.0: beta must be in [0, 1), got 1.0.`). An enum's and a
+  boolean's values are absl's parser's.
 
   Args:
     hparam: The declaration.
@@ -165,26 +253,36 @@ def define_flag(hparam: HParam, flag_values=None) -> None:
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   kwargs = {} if flag_values is None else {'flag_values': flag_values}
-  bounds = {k: v for k, v in (('lower_bound', hparam.lower),
-                              ('upper_bound', hparam.upper)) if v is not None}
   if hparam.kind == 'float':
-    flags.DEFINE_float(hparam.flag, hparam.default, hparam.help, **bounds,
-                       **kwargs)
+    flags.DEFINE_float(hparam.flag, hparam.default, hparam.help, **kwargs)
   elif hparam.kind == 'integer':
-    flags.DEFINE_integer(hparam.flag, hparam.default, hparam.help, **bounds,
-                         **kwargs)
+    flags.DEFINE_integer(hparam.flag, hparam.default, hparam.help, **kwargs)
   elif hparam.kind == 'boolean':
     flags.DEFINE_boolean(hparam.flag, hparam.default, hparam.help, **kwargs)
   else:
     flags.DEFINE_enum(hparam.flag, hparam.default, list(hparam.choices),
                       hparam.help, **kwargs)
+  if hparam.lower is None and hparam.upper is None:
+    return
+
+  def validate(value) -> bool:
+    # An unset flag (None) is the algorithm's default or, where needed, the
+    # registry's to report.
+    if value is not None:
+      try:
+        hparam.check(value)
+      except ValueError as e:
+        raise flags.ValidationError(str(e)) from e
+    return True
+
+  flags.register_validator(hparam.flag, validate, **kwargs)
 
 
 # --- Shared by several algorithms ---------------------------------------------
 
 GLOBAL_MOMENTUM = HParam(
     'beta', 0.9, 'FedADC / SlowMo global momentum beta_global, in [0, 1).',
-    lower=0.0, upper=1.0)
+    lower=0.0, upper=1.0, upper_open=True)
 PROXIMAL_MU = HParam(
     'mu', None, 'FedProx proximal strength mu (local objective L_k + mu/2 '
     '||w - w_t||^2), FedPTR\'s base strength; needed by fedprox, fedptr and '
