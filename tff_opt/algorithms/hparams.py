@@ -12,7 +12,8 @@ its registry entry fixes. Everything else reads that declaration:
 - the library builder's range checks: `HParam.check` is the one validator
   of a declared hyper-parameter (`build_fed_dyn` calls
   `fed_dyn.ALPHA.check(alpha)`), with the library's messages (`alpha must
-  be positive, got 0.0.`, `tff_opt.checks`);
+  be positive, got 0.0.`); `HParam` is defined in `tff_opt.checks`, beside
+  those messages, and named here;
 - `binaries.train`'s flags (`define_flag`: the declared default and help,
   and a validator that is `HParam.check`, so that `--feddyn_alpha=0` is
   refused with the builder's own sentence);
@@ -31,156 +32,19 @@ every algorithm shares (`tff_opt.program.registry.shared_arguments`).
 """
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
-import numpy as np
 import tensorflow_federated as tff
 
 from tff_opt import checks
 
-KINDS = ('float', 'integer', 'boolean', 'enum')
 SERVER_RULES = ('optimizer', 'sgd', 'own')
 TASK_FACTS = ('num_clients', 'client_epochs')
 
 
-@dataclasses.dataclass(frozen=True)
-class HParam:
-  """One hyper-parameter: its flag, builder argument, default, bounds, help.
-
-  Attributes:
-    flag: The `binaries.train` flag, without dashes (`lam`, `feddyn_alpha`).
-    default: The default value, the flag's and the builder's; `None` where
-      the algorithm has none (`needed`) or derives one (`--beta_local`).
-    help: The flag's help text.
-    kind: 'float', 'integer', 'boolean' or 'enum'.
-    choices: An enum's values.
-    lower: The lower bound, or `None`.
-    upper: The upper bound, or `None`.
-    lower_open: `lower` itself is refused (`> 0` rather than `>= 0`).
-    upper_open: `upper` itself is refused (a momentum's `[0, 1)`).
-    needed: The algorithm refuses to run without a value (no default).
-    argument: The builder's argument the flag's value is passed as, where
-      it is not the flag's name (`--feddyn_alpha` is `alpha`); see
-      `argument_name`.
-  """
-  flag: str
-  default: Any
-  help: str
-  kind: str = 'float'
-  choices: tuple[str, ...] = ()
-  lower: Optional[float] = None
-  upper: Optional[float] = None
-  lower_open: bool = False
-  upper_open: bool = False
-  needed: bool = False
-  argument: Optional[str] = None
-
-  def __post_init__(self):
-    if self.kind not in KINDS:
-      raise ValueError(f'HParam {self.flag}: kind {self.kind!r} is not one '
-                       f'of {KINDS}.')
-    if (self.kind == 'enum') != bool(self.choices):
-      raise ValueError(f'HParam {self.flag}: choices go with kind enum.')
-    if self.kind not in ('float', 'integer') and (
-        self.lower is not None or self.upper is not None):
-      raise ValueError(f'HParam {self.flag}: bounds go with kind float or '
-                       'integer.')
-    if (self.lower_open and self.lower is None) or (
-        self.upper_open and self.upper is None):
-      raise ValueError(f'HParam {self.flag}: an open bound needs its value.')
-    if self.needed and self.default is not None:
-      raise ValueError(f'HParam {self.flag}: a needed one has no default.')
-    if self.default is not None:
-      self.check(self.default)
-
-  @property
-  def argument_name(self) -> str:
-    """The builder's argument: `argument`, or else the flag's name."""
-    return self.argument or self.flag
-
-  def check(self, value: Any, name: Optional[str] = None) -> None:
-    """Raises `ValueError` if `value` is out of the declared range.
-
-    The one check of a declared hyper-parameter: the builders call it on
-    their arguments, `define_flag`'s validator on the flag's value and the
-    registry on the values it is given. `None` passes where the declared
-    default is `None` and the value is not `needed` (the builder derives
-    one: `--beta_local`); a symbolic tensor (a value set inside a
-    computation) cannot be checked and passes.
-
-    Args:
-      value: The value.
-      name: What the message calls it (default: `argument_name`).
-
-    Raises:
-      ValueError: `<name> must be <what>, got <value>.`, e.g. `alpha must
-        be positive, got 0.0.` (`requirement` says what).
-    """
-    name = name or self.argument_name
-    if value is None and self.default is None and not self.needed:
-      return
-    if value is not None and (not checks.checkable(value) or
-                              self._accepts(value)):
-      return
-    shown = (checks.shown(value) if self.kind == 'float' else repr(value))
-    raise ValueError(f'{name} must be {self.requirement()}, got {shown}.')
-
-  def _accepts(self, value: Any) -> bool:
-    """Whether `value` (not `None`) is of the kind and in the bounds."""
-    if self.kind == 'enum':
-      return isinstance(value, str) and value in self.choices
-    if self.kind == 'boolean':
-      return isinstance(value, (bool, np.bool_))
-    if self.kind == 'integer':
-      if isinstance(value, (bool, np.bool_)) or not isinstance(
-          value, (int, np.integer)):
-        return False
-      number = float(value)
-    else:
-      number = checks.finite_number(value)
-      if number is None:
-        return False
-    if self.lower is not None and (
-        number < self.lower or (self.lower_open and number == self.lower)):
-      return False
-    return self.upper is None or not (
-        number > self.upper or (self.upper_open and number == self.upper))
-
-  def requirement(self) -> str:
-    """What a value must be, as the messages say it.
-
-    E.g. `positive`, `a non-negative number`, `in [0, 1)`, `a positive
-    integer`, `an integer >= 0`, `one of auto, on, off`, `true or false`:
-    the words of `tff_opt.checks`' messages where a declaration has their
-    range.
-    """
-    if self.kind == 'enum':
-      return f'one of {", ".join(self.choices)}'
-    if self.kind == 'boolean':
-      return 'true or false'
-    if self.kind == 'integer':
-      if self.lower == 1 and not self.lower_open and self.upper is None:
-        return 'a positive integer'
-      bounds = self.range_text()
-      return 'an integer' + ('' if bounds == 'any' else
-                             f' {bounds}' if bounds[0] in '<>' else
-                             f' in {bounds}')
-    if self.lower == 0 and self.upper is None:
-      return 'positive' if self.lower_open else 'a non-negative number'
-    bounds = self.range_text()
-    return ('a finite number' if bounds == 'any' else
-            f'a number {bounds}' if bounds[0] in '<>' else f'in {bounds}')
-
-  def range_text(self) -> str:
-    """`[0, 1]`, `[0, 1)`, `> 0`, `>= 0`, `<= 1` or `any`."""
-    if self.lower is not None and self.upper is not None:
-      return (f'{"(" if self.lower_open else "["}{self.lower:g}, '
-              f'{self.upper:g}{")" if self.upper_open else "]"}')
-    if self.lower is not None:
-      return f'{">" if self.lower_open else ">="} {self.lower:g}'
-    if self.upper is not None:
-      return f'{"<" if self.upper_open else "<="} {self.upper:g}'
-    return 'any'
+# Defined beside the checks it words its messages as (`tff_opt.checks`), so
+# that a value is checked in one file whoever checks it; declared here.
+HParam = checks.HParam
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,20 +126,10 @@ def define_flag(hparam: HParam, flag_values=None) -> None:
   else:
     flags.DEFINE_enum(hparam.flag, hparam.default, list(hparam.choices),
                       hparam.help, **kwargs)
-  if hparam.lower is None and hparam.upper is None:
-    return
-
-  def validate(value) -> bool:
-    # An unset flag (None) is the algorithm's default or, where needed, the
-    # registry's to report.
-    if value is not None:
-      try:
-        hparam.check(value)
-      except ValueError as e:
-        raise flags.ValidationError(str(e)) from e
-    return True
-
-  flags.register_validator(hparam.flag, validate, **kwargs)
+  if hparam.lower is not None or hparam.upper is not None:
+    flags.register_validator(hparam.flag,
+                             hparam.flag_validator(flags.ValidationError),
+                             **kwargs)
 
 
 # --- Shared by several algorithms ---------------------------------------------
