@@ -39,7 +39,6 @@ import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.algorithms import hparams as hparams_lib
 from tff_opt.program import analysis
 from tff_opt.program import files
-from tff_opt.program import flag_adapters
 from tff_opt.program import output_lock
 from tff_opt.program import registry
 from tff_opt.program import runtime
@@ -446,7 +445,7 @@ def _unread_flags(hparams: dict) -> dict:
   unread = {name: f'--algorithm={algorithm}'
             for name in registry.flags_not_read_by(algorithm)}
   read = optimizers.SERVER_OPTIMIZER_ARGS.get(hparams.get('server_opt'), ())
-  for arg, name in flag_adapters.SERVER_OPTIMIZER_FLAGS:
+  for arg, name in registry.SERVER_OPTIMIZER_FLAGS:
     if arg not in read:
       unread.setdefault(name, f'--server_opt={hparams["server_opt"]}')
   if hparams.get('client_lr_decay') != 'staircase':
@@ -508,7 +507,8 @@ def prepare_output_dir(hparams: dict) -> bool:
     differences = [
         f'--{k}={hparams.get(k)!r} (saved run: {saved.get(k)!r})'
         for k in sorted(hparams)
-        if k not in RESUMABLE_CHANGES and saved.get(k) != hparams[k]
+        if k not in RESUMABLE_CHANGES and not _same_setting(
+            k, saved.get(k), hparams[k])
     ]
     if differences:
       raise UsageError(
@@ -524,6 +524,21 @@ def prepare_output_dir(hparams: dict) -> bool:
         f'(found {", ".join(sorted(leftovers)[:3])}); refusing to write '
         'into it. Use an empty or new directory.')
   return False
+
+
+def _same_setting(name: str, saved, value) -> bool:
+  """Whether a saved run's setting `saved` is the run's `value`.
+
+  A declared integer hyper-parameter that an older run recorded as the
+  text of that integer (`--fedfor_grad_at_zero` was an enum of '0' and '1')
+  is the same setting.
+  """
+  if saved == value:
+    return True
+  declared = {h.flag: h for h in registry.algorithm_hparams()}.get(name)
+  return (declared is not None and declared.kind == 'integer' and
+          isinstance(saved, str) and isinstance(value, int) and
+          saved == str(value))
 
 
 def lock_output_dir(output_dir: str):
@@ -679,26 +694,26 @@ def _build_process(hparams: dict, task, num_clients: int):
 
   Returns:
     `(process, shared)`: `shared` the builder arguments every algorithm
-    takes (`flag_adapters.shared_arguments`).
+    takes (`registry.shared_arguments`).
 
   Raises:
-    UsageError: If a flag's value is refused, by the adapter, the builder,
+    UsageError: If a flag's value is refused, by its declaration, the builder,
       the grouped client work or TFF's workers.
   """
   from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
   try:
     if FLAGS.personalize:
-      flag_adapters.check_flag('personalize', None, lambda _: (
+      registry.check_flag('personalize', None, lambda _: (
           personalization.check_classifier(task.model_fn)), about_model=True)
-    shared = flag_adapters.shared_arguments(hparams)
+    shared = registry.shared_arguments(hparams)
     process = registry.build_process(
         hparams['algorithm'], task.model_fn, **shared,
-        client_learning_rate=flag_adapters.plain_sgd_learning_rate(hparams),
+        client_learning_rate=registry.plain_sgd_learning_rate(hparams),
         fedbn=hparams.get('fedbn', False), num_clients=num_clients,
         client_epochs=hparams['client_epochs'],
         **{h: hparams[h]
            for h in registry.ALGORITHMS[hparams['algorithm']].flags})
-  except flag_adapters.FlagError as e:
+  except registry.FlagError as e:
     raise UsageError(e.line(task=hparams['task'])) from e
   except ValueError as e:
     raise UsageError(str(e)) from e

@@ -50,9 +50,13 @@ _POSITIVE = 'expected a positive integer.'
     (['--eval_every=0'], f'--eval_every=0: {_POSITIVE}'),
     (['--checkpoint_every=0'], f'--checkpoint_every=0: {_POSITIVE}'),
     (['--client_epochs=0'], f'--client_epochs=0: {_POSITIVE}'),
-    (['--mu=-1'], '--mu=-1: expected a non-negative number.'),
-    (['--alpha=-1'], '--alpha=-1: expected a non-negative number.'),
-    (['--beta=2'], '--beta=2: expected a number in the range [0.0, 1.0].'),
+    # An algorithm's hyper-parameter: its declaration's check, the
+    # builder's sentence.
+    (['--mu=-1'], '--mu=-1: mu must be a non-negative number, got -1.0.'),
+    (['--alpha=-1'],
+     '--alpha=-1: alpha must be a non-negative number, got -1.0.'),
+    (['--beta=1'], '--beta=1: beta must be in [0, 1), got 1.0.'),
+    (['--beta=abc'], '--beta=abc: expected a number.'),
     (['--seed=-1'],
      '--seed=-1: expected an integer in the range [0, 4294967295].'),
     (['--task=nope'], '--task=nope: expected one of {tasks}.'),

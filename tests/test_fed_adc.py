@@ -295,7 +295,8 @@ def test_binary_trains_two_rounds(algorithm, extra, recorded, tmp_path,
     (['--algorithm=fedadc', '--client_opt=sgdm'],
      '--algorithm=fedadc takes its local steps with plain SGD; use '
      '--client_opt=sgd.'),
-    (['--algorithm=slowmo', '--beta=1.0'], 'beta must be in [0, 1), got 1.0.'),
+    (['--algorithm=slowmo', '--beta=1.0'],
+     '--beta=1.0: beta must be in [0, 1), got 1.0.'),
     (['--algorithm=fedadc', '--fedadc_variant=nesterov',
       '--local_momentum=0.5'],
      "local_momentum (Algorithm 4, double momentum) takes variant="

@@ -13,8 +13,14 @@ from tests import binary
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_bn
+from tff_opt.algorithms import fed_curv
+from tff_opt.algorithms import fed_opt
+from tff_opt.algorithms import fed_prox
+from tff_opt.program import registry
 from tff_opt.round import client_states
 from tff_opt.round import ground
+
+NUM_EXAMPLES = tff.learning.ClientWeighting.NUM_EXAMPLES
 
 MU = 0.1
 CLIENT_LR = 0.1
@@ -122,8 +128,9 @@ def _sgd(lr):
 @pytest.fixture(scope='module')
 def prox_bn():
   return algorithms.build_fed_bn(
-      algorithms.build_fed_prox, bn_model_fn, mu=MU,
-      client_optimizer_fn=_sgd(CLIENT_LR), server_optimizer_fn=_sgd(1.0))
+      fed_prox.fed_prox_recipe, bn_model_fn, mu=MU,
+      client_optimizer_fn=_sgd(CLIENT_LR), server_optimizer_fn=_sgd(1.0),
+      client_weighting=NUM_EXAMPLES)
 
 
 def _start(process):
@@ -190,9 +197,12 @@ def test_fed_prox_with_local_bn_matches_numpy(prox_bn):
     ('feddyn', {'alpha': 0.1, 'num_clients': 4}),
 ])
 def test_other_bases_keep_server_bn(base, hparams):
+  # Each base with its paper's weighting, as the binary runs it.
+  algorithm = registry.ALGORITHMS[base]
   process = fed_bn.build_fed_bn(
-      base, bn_model_fn, client_optimizer_fn=_sgd(CLIENT_LR),
-      server_optimizer_fn=_sgd(1.0), **hparams)
+      algorithm.fedbn_recipe, bn_model_fn,
+      client_optimizer_fn=_sgd(CLIENT_LR), server_optimizer_fn=_sgd(1.0),
+      client_weighting=algorithm.spec.client_weighting, **hparams)
   clients = tiny.make_clients(3, sizes=SIZES)
   state = _start(process)
   store = {}
@@ -219,40 +229,36 @@ def test_other_bases_keep_server_bn(base, hparams):
 
 def test_model_without_batch_norm_is_refused():
   with pytest.raises(ValueError) as e:
-    algorithms.build_fed_bn('fedopt', tiny.model_fn,
+    algorithms.build_fed_bn(fed_opt.fed_opt_recipe, tiny.model_fn,
                             client_optimizer_fn=_sgd(0.1),
-                            server_optimizer_fn=_sgd(1.0))
+                            server_optimizer_fn=_sgd(1.0),
+                            client_weighting=NUM_EXAMPLES)
   assert str(e.value) == ('FedBN needs a model with a BatchNormalization '
                           "layer; the model 'sequential' has none.")
 
 
-def test_unsupported_base_and_missing_hparams():
-  with pytest.raises(ValueError, match=r"^FedBN does not support base "
-                     r"'scaffold'; supported: fedopt, fedprox, fedfor, "
-                     r'fedcurv, feddyn\.$'):
-    algorithms.build_fed_bn('scaffold', bn_model_fn,
-                            client_optimizer_fn=_sgd(0.1),
-                            server_optimizer_fn=_sgd(1.0))
-  with pytest.raises(ValueError, match=r'^FedBN over fedprox takes the '
-                     r'hyper-parameters mu; got \(none\)\.$'):
-    algorithms.build_fed_bn(algorithms.build_fed_prox, bn_model_fn,
-                            client_optimizer_fn=_sgd(0.1),
-                            server_optimizer_fn=_sgd(1.0))
-  # FedCurv's client_epochs may be given, not required; cross_silo is not
-  # FedBN's to pass.
-  with pytest.raises(ValueError, match=r'^FedBN over fedcurv takes the '
-                     r'hyper-parameters lam \(optional: client_epochs\); '
-                     r'got client_epochs, cross_silo, lam\.$'):
-    algorithms.build_fed_bn('fedcurv', bn_model_fn,
-                            client_optimizer_fn=_sgd(0.1),
-                            server_optimizer_fn=_sgd(1.0), lam=0.1,
-                            client_epochs=2, cross_silo=True)
+def test_missing_unexpected_and_out_of_range_hparams():
+  kwargs = dict(client_optimizer_fn=_sgd(0.1), server_optimizer_fn=_sgd(1.0),
+                client_weighting=NUM_EXAMPLES)
+  with pytest.raises(ValueError, match=r'^FedBN over fed_prox_recipe takes '
+                     r'the hyper-parameters mu \(optional: model_aggregator\); '
+                     r'got \(none\)\.$'):
+    algorithms.build_fed_bn(fed_prox.fed_prox_recipe, bn_model_fn, **kwargs)
+  with pytest.raises(ValueError, match=r'^FedBN over fed_prox_recipe takes '
+                     r'the hyper-parameters mu \(optional: model_aggregator\); '
+                     r'got lam, mu\.$'):
+    algorithms.build_fed_bn(fed_prox.fed_prox_recipe, bn_model_fn, mu=0.1,
+                            lam=0.1, **kwargs)
+  # FedCurv's stateless variant: Eq. 3 is refused, naming the argument.
+  with pytest.raises(ValueError, match=r"^cross_silo='on': FedBN over "
+                     r'FedCurv runs its stateless variant '):
+    algorithms.build_fed_bn(fed_curv.stateless_recipe, bn_model_fn,
+                            lam=0.1, client_epochs=2, cross_silo='on',
+                            **kwargs)
   with pytest.raises(ValueError, match=r'^client_epochs must be a positive '
                      r'integer, got 0\.$'):
-    algorithms.build_fed_bn('fedcurv', bn_model_fn,
-                            client_optimizer_fn=_sgd(0.1),
-                            server_optimizer_fn=_sgd(1.0), lam=0.1,
-                            client_epochs=0)
+    algorithms.build_fed_bn(fed_curv.stateless_recipe, bn_model_fn,
+                            lam=0.1, client_epochs=0, **kwargs)
 
 
 FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
@@ -280,7 +286,7 @@ def test_binary_runs_feddyn_with_fedbn(tmp_path):
 
 @pytest.mark.parametrize('args, message', [
     (['--algorithm=feddyn', '--feddyn_alpha=0'],
-     'train: error: --feddyn_alpha=0.0: alpha must be positive, '
+     'train: error: --feddyn_alpha=0: alpha must be positive, '
      'got 0.0.'),
     (['--algorithm=fedprox', '--mu=0.01', '--fedbn'],
      "train: error: --fedbn: task digits: FedBN needs a model with a "
@@ -290,10 +296,10 @@ def test_binary_runs_feddyn_with_fedbn(tmp_path):
      'FedBN runs on fedopt, fedprox, fedfor, fedcurv, feddyn.'),
     (['--algorithm=fedcurv', '--lam=0.1', '--fedcurv_exact=on', '--fedbn',
       '--task_option=model=cnn_bn'],
-     "train: error: --fedcurv_exact=on: FedBN over FedCurv runs its "
+     "train: error: cross_silo='on': FedBN over FedCurv runs its "
      "stateless variant (each client's own Fisher terms stay in u, v); "
-     'Eq. 3 (cross_silo) is not available with --fedbn: use '
-     '--fedcurv_exact=off or auto.'),
+     "Eq. 3 (cross_silo) is not available with FedBN: use 'off' or "
+     "'auto'."),
 ])
 def test_binary_errors(args, message, tmp_path, capsys):
   assert binary.run_train(*FAST, *args,
@@ -314,7 +320,6 @@ def test_digits_cnn_bn_has_two_bn_layers():
 
 def test_the_base_flags_reach_fedbn(monkeypatch):
   """`--fedbn` passes the base's optional flags on (it dropped them)."""
-  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
   seen = {}
   monkeypatch.setattr(algorithms, 'build_fed_bn',
                       lambda base, model_fn, **kwargs: seen.update(kwargs))
@@ -323,5 +328,5 @@ def test_the_base_flags_reach_fedbn(monkeypatch):
       'fedfor', bn_model_fn, client_optimizer_fn=sgd, server_optimizer_fn=sgd,
       client_weighting=tff.learning.ClientWeighting.UNIFORM,
       client_lr_schedule=None, fedbn=True, alpha=0.5,
-      fedfor_grad_at_zero='1')
+      fedfor_grad_at_zero=1)
   assert (seen['alpha'], seen['grad_at_zero']) == (0.5, 1)

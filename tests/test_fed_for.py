@@ -114,8 +114,8 @@ def test_grad_at_zero_one_matches_numpy_and_differs_from_relu():
 
 
 def test_grad_at_zero_must_be_zero_or_one():
-  with pytest.raises(ValueError,
-                     match=r'^grad_at_zero must be 0 or 1, got 2\.$'):
+  with pytest.raises(ValueError, match=r'^grad_at_zero must be an integer '
+                     r'in \[0, 1\], got 2\.$'):
     algorithms.build_fed_for(
         tiny.model_fn, alpha=ALPHA, client_optimizer_fn=_sgd(CLIENT_LR),
         server_optimizer_fn=_sgd(1.0), grad_at_zero=2)

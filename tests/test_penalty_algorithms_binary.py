@@ -89,9 +89,11 @@ def test_metrics_reproduce_fedfor_table_1_communication(runs):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['--mu=-1'], '--mu=-1: expected a non-negative number.'),
-    (['--alpha=-0.5'], '--alpha=-0.5: expected a non-negative number.'),
-    (['--lam=-2'], '--lam=-2: expected a non-negative number.'),
+    # The declaration's check, in the builder's words, naming its argument.
+    (['--mu=-1'], '--mu=-1: mu must be a non-negative number, got -1.0.'),
+    (['--alpha=-0.5'],
+     '--alpha=-0.5: alpha must be a non-negative number, got -0.5.'),
+    (['--lam=-2'], '--lam=-2: lam must be a non-negative number, got -2.0.'),
 ])
 def test_negative_penalty_flags_name_the_flag(argv, message):
   train.FLAGS.unparse_flags()

@@ -23,6 +23,9 @@ from tests import test_fed_bn
 from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import fed_bn
+from tff_opt.algorithms import fed_curv
+from tff_opt.algorithms import fed_dyn
+from tff_opt.algorithms import fed_for
 from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import recipe
@@ -116,10 +119,16 @@ def test_fed_bn_wraps_any_recipe_even_scaffold():
 
 
 def test_fed_bn_hyper_parameters_are_the_base_recipes():
-  assert {name: fed_bn.hparam_names(base)
-          for name, base in fed_bn.BASES.items()} == {
-              'fedopt': (), 'fedprox': ('mu',), 'fedfor': ('alpha',),
-              'fedcurv': ('lam',), 'feddyn': ('alpha', 'num_clients')}
+  assert {base.__name__: fed_bn.hparam_names(base)[0] for base in (
+      fed_opt.fed_opt_recipe, fed_prox.fed_prox_recipe, fed_for.fed_for_recipe,
+      fed_curv.stateless_recipe, fed_dyn.fed_dyn_recipe)} == {
+          'fed_opt_recipe': (), 'fed_prox_recipe': ('mu',),
+          'fed_for_recipe': ('alpha',), 'stateless_recipe': ('lam',),
+          'fed_dyn_recipe': ('alpha', 'num_clients')}
+  # FedCurv's optional arguments are FedCurv's builder's, so that FedBN is
+  # given what FedCurv is.
+  assert fed_bn.hparam_names(fed_curv.stateless_recipe)[1] == (
+      'cross_silo', 'client_epochs', 'num_clients')
 
 
 # --- Non-trainable variables (BN statistics) are averaged --------------------

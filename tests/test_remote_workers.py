@@ -25,7 +25,7 @@ from tests import binary
 from tests import replay
 from tests import tiny
 from tff_opt import algorithms
-from tff_opt.program import flag_adapters
+from tff_opt.program import registry
 from tff_opt.program import runtime
 from tff_opt.program import training_loop
 
@@ -465,7 +465,7 @@ def test_client_stateful_algorithm_runs_on_workers(workers, capsys,
   assert [r['round'] for r in rows] == ['1', '2', '3']
   # The rounds the workers ran are SCAFFOLD's as its builder makes it from
   # the run's optimizers and population N, bit for bit, and not FedAvg's.
-  shared = flag_adapters.shared_arguments(recorder.hparams)
+  shared = registry.shared_arguments(recorder.hparams)
   scaffold = algorithms.build_scaffold(
       recorder.model_fn, num_clients=recorder.num_clients, **shared)
   assert len(recorder.rounds) == ROUNDS

@@ -23,6 +23,7 @@ from tests import test_fed_bn
 from tests import test_moon
 from tests import tiny
 from tff_opt import algorithms
+from tff_opt.algorithms import fed_opt
 from tff_opt.program import training_loop
 
 # TFF warns that BN statistics are not updated by *its* training loops;
@@ -53,8 +54,9 @@ BUILDERS = {
         tiny.model_fn, lam=0.1, client_optimizer_fn=_sgd(0.1),
         server_optimizer_fn=_sgd(1.0), cross_silo=True),
     'fedbn': lambda: algorithms.build_fed_bn(
-        'fedopt', test_fed_bn.bn_model_fn, client_optimizer_fn=_sgd(0.1),
-        server_optimizer_fn=_sgd(1.0)),
+        fed_opt.fed_opt_recipe, test_fed_bn.bn_model_fn,
+        client_optimizer_fn=_sgd(0.1), server_optimizer_fn=_sgd(1.0),
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES),
     'slowmo': lambda: algorithms.build_slowmo(
         tiny.model_fn, client_learning_rate=0.1, beta=0.9),
     'fedptr_s': lambda: algorithms.build_fed_ptr(

@@ -1,10 +1,13 @@
 """Sphinx directives that read the code and the results, so the docs cannot drift.
 
 - `flag-reference`: every flag `binaries.train` defines, walked from absl's
-  `FLAGS` after importing it (the same definitions `--helpfull` prints).
+  `FLAGS` after importing it (the same definitions `--helpfull` prints);
+  an algorithm's hyper-parameter with its declared range
+  (`hparam_tables.flag_term`).
 - `algorithm-spec NAME`: the registered algorithm's declaration
   (`tff_opt.program.registry.ALGORITHMS[NAME].spec`): summary, weighting,
-  server rule and each hyper-parameter's flag, default, range and help.
+  server rule and each hyper-parameter's flag, builder argument, default,
+  range and help (`hparam_tables.spec_row`).
 - `module-text MODULE`: a module's docstring, verbatim (the algorithm
   modules write their equations in plain text).
 - `csv-table-file PATH`: a CSV file of the repository as a table, its
@@ -31,6 +34,8 @@ from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
+
+import hparam_tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -70,6 +75,8 @@ class FlagReference(SphinxDirective):
     _note_generated(self)
     from absl import flags  # pylint: disable=g-import-not-at-top
     importlib.import_module('binaries.train')
+    registry = importlib.import_module('tff_opt.program.registry')
+    declared = {h.flag: h for h in registry.algorithm_hparams()}
     out = []
     count = 0
     # The project's own: binaries.train's, and the algorithms' hyper-parameters
@@ -83,8 +90,9 @@ class FlagReference(SphinxDirective):
         item = nodes.definition_list_item()
         term = nodes.term()
         term += nodes.literal(text=f'--{flag.name}')
-        default = flag.default_as_str or 'None'
-        term += nodes.Text(f'  ({flag.flag_type()}, default {default})')
+        term += nodes.Text(hparam_tables.flag_term(
+            flag.flag_type(), flag.default_as_str or 'None',
+            declared.get(flag.name)))
         item += term
         definition = nodes.definition()
         definition += _paragraph(flag.help or '')
@@ -116,11 +124,8 @@ class AlgorithmSpec(SphinxDirective):
         (f'; task facts it takes: {", ".join(spec.task_facts)}'
          if spec.task_facts else '') + '.')]
     if spec.hparams:
-      rows = [[f'--{h.flag}', h.kind + (f' {{{", ".join(h.choices)}}}'
-                                        if h.choices else ''),
-               'needed' if h.needed else repr(h.default), h.range_text(),
-               h.help] for h in spec.hparams]
-      out.append(_table(['flag', 'kind', 'default', 'range', 'help'], rows))
+      out.append(_table(hparam_tables.SPEC_HEADER,
+                        [hparam_tables.spec_row(h) for h in spec.hparams]))
     else:
       out.append(_paragraph('No hyper-parameter of its own beyond the '
                             'shared flags (client and server optimizers).'))

@@ -84,20 +84,22 @@ VARIANTS = ('heavy_ball', 'nesterov')
 BETA = hparams.GLOBAL_MOMENTUM
 BETA_LOCAL = hparams.HParam(
     'beta_local', None, 'FedADC: share of the global momentum embedded in '
-    'the local steps, in [0, 1). Default: --beta.', lower=0.0, upper=1.0)
+    'the local steps, in [0, 1). Default: --beta.', lower=0.0, upper=1.0,
+    upper_open=True)
 VARIANT = hparams.HParam(
     'fedadc_variant', 'heavy_ball', 'FedADC local step (Algorithm 3): '
-    'heavy_ball (blue) or nesterov (red).', kind='enum', choices=VARIANTS)
+    'heavy_ball (blue) or nesterov (red).', kind='enum', choices=VARIANTS,
+    argument='variant')
 LOCAL_MOMENTUM = hparams.HParam(
     'local_momentum', 0.0, 'FedADC double momentum phi (Algorithm 4), in '
-    '[0, 1); 0 = Algorithm 3.', lower=0.0, upper=1.0)
+    '[0, 1); 0 = Algorithm 3.', lower=0.0, upper=1.0, upper_open=True)
 DISTILL_LAMBDA = hparams.HParam(
     'distill_lambda', 0.35, 'FedADC+ distillation weight lambda, in [0, 1].',
     lower=0.0, upper=1.0)
 DISTILL_TEMPERATURE = hparams.HParam(
     'distill_temperature', losses.SELF_CONFIDENCE_TEMPERATURE,
     'FedADC+ distillation temperature tau, positive (CS-KD\'s default 4, '
-    'which the paper follows).')
+    'which the paper follows).', lower=0.0, lower_open=True)
 SPEC = hparams.Spec(
     summary=('FedADC (Ozfatura et al. Algorithm 3; Algorithm 4 with '
              '--local_momentum > 0): global momentum embedded in local SGD '
@@ -111,7 +113,8 @@ PLUS_SPEC = dataclasses.replace(
     SPEC,
     summary=('FedADC+: FedADC with self-confidence distillation '
              '(--distill_lambda, --distill_temperature)'),
-    hparams=SPEC.hparams + (DISTILL_LAMBDA, DISTILL_TEMPERATURE))
+    hparams=SPEC.hparams + (DISTILL_LAMBDA, DISTILL_TEMPERATURE),
+    preset=(('distillation', True),))
 
 
 # --- The recipe and the builder -------------------------------------------
@@ -143,14 +146,12 @@ def fed_adc_recipe(
     ValueError: If a hyper-parameter is out of range; the message names it.
   """
   checks.check_positive('client_learning_rate', client_learning_rate)
-  checks.check_unit_interval('beta', beta)
+  BETA.check(beta)
   checks.check_positive('alpha', alpha)
   if beta_local is None:
     beta_local = beta
-  checks.check_unit_interval('beta_local', beta_local)
-  if variant not in VARIANTS:
-    raise ValueError(f'variant must be one of {", ".join(VARIANTS)}, got '
-                     f'{variant!r}.')
+  BETA_LOCAL.check(beta_local)
+  VARIANT.check(variant)
   objective = client_work_lib.LocalObjective()
   if beta_local > 0:
     objective = client_work_lib.LocalObjective(
@@ -228,8 +229,8 @@ def build_fed_adc(
     beta_local: The share of m_t embedded in the local steps, in [0, 1);
       `beta` when `None`.
     variant: 'heavy_ball' (Algorithm 3, blue) or 'nesterov' (red).
-    local_momentum: phi in [0, 1) for Algorithm 4 (double momentum); `None`
-      for none.
+    local_momentum: phi in (0, 1) for Algorithm 4 (double momentum); `None`
+      or 0 for none (Algorithm 3).
     distillation: FedADC+ (self-confidence distillation).
     distill_lambda: lambda in [0, 1] (FedADC+).
     distill_temperature: tau > 0 (FedADC+).
@@ -251,11 +252,12 @@ def build_fed_adc(
       beta_local=beta_local, variant=variant,
       client_lr_schedule=client_lr_schedule,
       model_aggregator=model_aggregator)
-  if local_momentum is None:
+  if local_momentum is not None:
+    LOCAL_MOMENTUM.check(local_momentum)
+  if local_momentum is None or local_momentum == 0:  # Algorithm 3.
     client_optimizer = tff.learning.optimizers.build_sgdm(
         client_learning_rate, momentum=None)
   else:
-    checks.check_unit_interval('local_momentum', local_momentum)
     if variant != 'heavy_ball':
       raise ValueError('local_momentum (Algorithm 4, double momentum) takes '
                        "variant='heavy_ball', got variant="
@@ -263,10 +265,8 @@ def build_fed_adc(
     client_optimizer = momentum_lib.LocalEmaMomentum(
         client_learning_rate, momentum=local_momentum)
   if distillation:
-    if not 0 <= distill_lambda <= 1:
-      raise ValueError(
-          f'distill_lambda must be in [0, 1], got {distill_lambda!r}.')
-    checks.check_positive('distill_temperature', distill_temperature)
+    DISTILL_LAMBDA.check(distill_lambda)
+    DISTILL_TEMPERATURE.check(distill_temperature)
     recipe_fn = with_distillation(
         recipe_fn, distill_lambda=distill_lambda,
         temperature=distill_temperature, num_classes=_common.num_classes_of(model_fn))

@@ -60,35 +60,29 @@ Choices written down (and tested):
   the BN values it started the round from.
 - `bytes_client_to_server` counts the delta's BN entries, sent as zeros
   (they could be left out: an over-count by the BN parameters' bytes).
-- Bases: `fedopt`, `fedprox`, `fedfor`, `fedcurv` (its stateless variant;
-  `cross_silo` is not supported) and `feddyn` (`BASES`).
+- Bases: any stateless recipe; the binary runs it over `fedopt`,
+  `fedprox`, `fedfor`, `fedcurv` (`fed_curv.stateless_recipe`: Eq. 3's
+  `cross_silo` is not supported) and `feddyn`, the registry's entries
+  that name a FedBN recipe (`tff_opt.program.registry`).
 
 How: FedBN is a transformation of a recipe (`with_local_batch_norm`, any
-`recipe.Recipe`), not a re-encoding of each base. `BASES` maps a base's
-name to its public builder and its recipe function (e.g.
-`fed_prox.fed_prox_recipe`); `build_fed_bn` looks the base up, hands its
-hyper-parameters to that recipe function (which checks them: the names it
-requires are FedBN's, `hparam_names`), wraps the recipe and assembles it
-with `recipe.assemble`. A base's default client weighting is its
-builder's.
+`recipe.Recipe`), not a re-encoding of each base. `build_fed_bn` takes the
+base's recipe function (e.g. `fed_prox.fed_prox_recipe`), hands it the
+base's hyper-parameters (which it checks: the names it takes are FedBN's,
+`hparam_names`), wraps the recipe and assembles it with `recipe.assemble`.
 """
 
 import collections
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import tff_types
-from tff_opt.algorithms import fed_curv
-from tff_opt.algorithms import fed_dyn
-from tff_opt.algorithms import fed_for
-from tff_opt.algorithms import fed_opt
-from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import ground
@@ -310,102 +304,77 @@ def with_local_batch_norm(base: recipe_lib.Recipe, weights_type: tff.Type,
           set(base.local_non_trainables) | set(variables.non_trainable))))
 
 
-# --- The base algorithms FedBN composes with ---------------------------------
+# --- The base algorithm's recipe ---------------------------------------------
 
 
-class Base(NamedTuple):
-  """A base algorithm: its public builder and its recipe function.
+def hparam_names(base_recipe: Callable[..., recipe_lib.RecipeFn]
+                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """The hyper-parameters FedBN passes to `base_recipe`.
 
-  `optional` names the recipe's optional keyword arguments FedBN passes on
-  when given (FedCurv's `client_epochs`); the others keep their defaults.
+  Returns:
+    `(required, optional)`: its keyword arguments but the server optimizer,
+    those without a default and those with one (FedCurv's `client_epochs`,
+    FedFOR's `grad_at_zero`, which keep their defaults when not given).
   """
-  builder: Callable[..., Any]
-  recipe: Callable[..., recipe_lib.RecipeFn]
-  optional: tuple[str, ...] = ()
+  arguments = [p for p in inspect.signature(base_recipe).parameters.values()
+               if p.kind == p.KEYWORD_ONLY and p.name != 'server_optimizer_fn']
+  return (tuple(p.name for p in arguments if p.default is p.empty),
+          tuple(p.name for p in arguments if p.default is not p.empty))
 
 
-BASES = {
-    'fedopt': Base(fed_opt.build_fed_opt, fed_opt.fed_opt_recipe),
-    'fedprox': Base(fed_prox.build_fed_prox, fed_prox.fed_prox_recipe),
-    'fedfor': Base(fed_for.build_fed_for, fed_for.fed_for_recipe,
-                   optional=('grad_at_zero',)),
-    'fedcurv': Base(fed_curv.build_fed_curv, fed_curv.fed_curv_recipe,
-                    optional=('client_epochs',)),
-    'feddyn': Base(fed_dyn.build_fed_dyn, fed_dyn.fed_dyn_recipe),
-}
-
-
-def hparam_names(base: Base) -> tuple[str, ...]:
-  """The hyper-parameters FedBN passes to `base`: its recipe's required
-  keyword arguments but the server optimizer (optional ones, e.g. FedCurv's
-  `cross_silo`, keep their defaults)."""
-  return tuple(
-      p.name for p in inspect.signature(base.recipe).parameters.values()
-      if p.kind == p.KEYWORD_ONLY and p.default is p.empty and
-      p.name != 'server_optimizer_fn')
-
-
-def _base_recipe_fn(name, hparams, server_optimizer_fn):
-  """The base's recipe function; its recipe checks the values."""
-  expected = hparam_names(BASES[name])
-  optional = BASES[name].optional
+def _base_recipe_fn(base_recipe, hparams, server_optimizer_fn):
+  """The base's recipe function; the base's recipe checks the values."""
+  expected, optional = hparam_names(base_recipe)
   if not set(expected) <= set(hparams) <= set(expected) | set(optional):
     also = f' (optional: {", ".join(optional)})' if optional else ''
     raise ValueError(
-        f'FedBN over {name} takes the hyper-parameters '
+        f'FedBN over {base_recipe.__name__} takes the hyper-parameters '
         f'{", ".join(expected) or "(none)"}{also}; got '
         f'{", ".join(sorted(hparams)) or "(none)"}.')
-  return BASES[name].recipe(server_optimizer_fn=server_optimizer_fn,
-                            **hparams)
+  return base_recipe(server_optimizer_fn=server_optimizer_fn, **hparams)
 
 
 def build_fed_bn(
-    base: Union[str, Callable[..., Any]],
+    base: Callable[..., recipe_lib.RecipeFn],
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    client_weighting: Optional[tff.learning.ClientWeighting] = None,
+    client_weighting: tff.learning.ClientWeighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     **base_hparams,
 ) -> client_states.ClientStatefulProcess:
   """Builds `base` + FedBN: BN layers local to each client (module docstring).
 
   Args:
-    base: The base algorithm: one of `BASES`' names (`'fedopt'`,
-      `'fedprox'`, `'fedfor'`, `'fedcurv'`, `'feddyn'`) or its builder
-      (e.g. `tff_opt.algorithms.build_fed_prox`).
+    base: The base algorithm's recipe function, which takes its
+      hyper-parameters and `server_optimizer_fn` as keyword arguments and
+      returns a stateless `recipe.RecipeFn`: `fed_opt.fed_opt_recipe`,
+      `fed_prox.fed_prox_recipe`, `fed_for.fed_for_recipe`,
+      `fed_curv.stateless_recipe` or `fed_dyn.fed_dyn_recipe`.
     model_fn: A no-arg callable returning a new `VariableModel` made by
       `tff.learning.models.from_keras_model`, with BatchNormalization.
     client_optimizer_fn: The client's optimizer.
     server_optimizer_fn: The server's optimizer.
-    client_weighting: As for the base builder; `None` takes the base
-      builder's default (`UNIFORM` for FedDyn, else `NUM_EXAMPLES`).
+    client_weighting: The averaging of the client updates (the base's
+      paper's is its `SPEC.client_weighting`).
     client_lr_schedule: Optional round number -> client learning rate.
-    **base_hparams: The base builder's hyper-parameters, under its argument
-      names: `mu` (fedprox), `alpha` (fedfor), `lam` and optionally
-      `client_epochs` (fedcurv), `alpha` and `num_clients` (feddyn).
+    **base_hparams: The base recipe's hyper-parameters, under its argument
+      names: `mu` (fedprox), `alpha` and optionally `grad_at_zero`
+      (fedfor), `lam` and optionally `client_epochs`, `cross_silo`,
+      `num_clients` (fedcurv), `alpha` and `num_clients` (feddyn).
 
   Returns:
     A `client_states.ClientStatefulProcess`; client state
     `{'batch_norm': ..., ['base': ...]}`.
 
   Raises:
-    ValueError: If `base` is not supported, a hyper-parameter is missing,
-      unexpected or out of range, or the model has no BatchNormalization
-      layer.
+    ValueError: If a hyper-parameter is missing, unexpected or out of
+      range, or the model has no BatchNormalization layer.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  names = {entry.builder: name for name, entry in BASES.items()}
-  name = base if isinstance(base, str) else names.get(base)
-  if name not in BASES:
-    raise ValueError(f'FedBN does not support base {base!r}; supported: '
-                     f'{", ".join(BASES)}.')
-  base_recipe_fn = _base_recipe_fn(name, base_hparams, server_optimizer_fn)
+  base_recipe_fn = _base_recipe_fn(base, base_hparams, server_optimizer_fn)
   variables = find_batch_norm_variables(model_fn)
-  if client_weighting is None:
-    client_weighting = inspect.signature(BASES[name].builder).parameters[
-        'client_weighting'].default
 
   def recipe_fn(weights_type):
     return with_local_batch_norm(base_recipe_fn(weights_type), weights_type,
@@ -413,4 +382,3 @@ def build_fed_bn(
 
   return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
                              client_weighting, client_lr_schedule)
-

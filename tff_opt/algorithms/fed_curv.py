@@ -83,7 +83,7 @@ Choices written down (and tested):
 import collections
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -132,7 +132,7 @@ EXACT = hparams.HParam(
     'client subtracts its own last Fisher terms from u, v; client state), '
     'off = the stateless variant (u, v include them), auto = on where the '
     'client state (2 model-sized vectors per client) fits in 2 GiB.',
-    kind='enum', choices=EXACT_CHOICES)
+    kind='enum', choices=EXACT_CHOICES, argument='cross_silo')
 SPEC = hparams.Spec(
     summary=('FedCurv: Fisher sums u, v broadcast, local penalty lam (w^T '
              'diag(u) w - 2 w^T v) (--lam), Eq. 3 (the client\'s own term '
@@ -278,8 +278,9 @@ def build_fed_curv(
     server_optimizer_fn: tff.learning.optimizers.Optimizer,
     client_weighting: tff.learning.ClientWeighting = SPEC.client_weighting,
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
-    cross_silo: bool = False,
+    cross_silo: Union[bool, str] = False,
     client_epochs: int = 1,
+    num_clients: Optional[int] = None,
 ):
   """Builds a FedCurv process.
 
@@ -294,14 +295,17 @@ def build_fed_curv(
       (u and v are always plain sums).
     client_lr_schedule: Optional round number -> client learning rate.
     cross_silo: Each client subtracts its own previous contribution from
-      u, v (see the module docstring); clients then keep state. `False` by
+      u, v (see the module docstring); clients then keep state. `True` or
+      'on': Eq. 3; `False` or 'off': the stateless variant; 'auto' (the
+      `--fedcurv_exact` flag's default, `EXACT`): Eq. 3 where its client
+      state for `num_clients` clients fits (`resolve_exact`). `False` by
       default: Eq. 3's state is sized by the population, which the builder
-      is not told; `binaries.train`'s `--fedcurv_exact=auto` (`EXACT`)
-      turns it on where that state fits (`resolve_exact`).
+      is not told unless `num_clients` is given.
     client_epochs: The local epochs each client dataset holds (shuffled,
       then repeated): the Fisher is taken over one of them, the first
       1/`client_epochs` of the examples (see the module docstring). 1
       (default): over the whole dataset.
+    num_clients: The population, which `cross_silo='auto'` needs.
 
   Returns:
     A `tff.learning.templates.LearningProcess` (or, with `cross_silo`, a
@@ -309,10 +313,14 @@ def build_fed_curv(
     `communication/{bytes_server_to_client, bytes_client_to_server}`.
 
   Raises:
-    ValueError: If `lam` is negative or not a finite number, or
+    ValueError: If `lam` is negative or not a finite number, `cross_silo`
+      is none of the above ('auto' without `num_clients` included), or
       `client_epochs` is not a positive integer.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
+  if not isinstance(cross_silo, bool):
+    cross_silo = resolve_exact(cross_silo, model_fn, num_clients,
+                               name='cross_silo')
   recipe_fn = fed_curv_recipe(lam=lam, server_optimizer_fn=server_optimizer_fn,
                               cross_silo=cross_silo,
                               client_epochs=client_epochs)
@@ -327,22 +335,68 @@ def exact_state_bytes(model_fn, num_clients: int) -> int:
   return 2 * 4 * size * num_clients
 
 
-def resolve_exact(exact: str, model_fn, num_clients: Optional[int]) -> bool:
+def resolve_exact(exact: str, model_fn, num_clients: Optional[int], *,
+                  name: str = 'fedcurv_exact') -> bool:
   """`--fedcurv_exact` ('auto', 'on', 'off') -> whether to run Eq. 3.
+
+  Args:
+    exact: 'on', 'off' or 'auto'.
+    model_fn: The model, whose size 'auto' weighs.
+    num_clients: The population, which 'auto' needs.
+    name: What the messages call `exact`.
 
   Raises:
     ValueError: If `exact` is not one of `EXACT_CHOICES`, or is 'auto'
       without `num_clients`.
   """
-  if exact not in EXACT_CHOICES:
-    raise ValueError(f'fedcurv_exact must be one of {", ".join(EXACT_CHOICES)}'
-                     f', got {exact!r}.')
+  EXACT.check(exact, name)
   if exact != 'auto':
     return exact == 'on'
   if num_clients is None:
-    raise ValueError("fedcurv_exact='auto' needs the number of training "
+    raise ValueError(f"{name}='auto' needs the number of training "
                      'clients.')
   return exact_state_bytes(model_fn, num_clients) <= EXACT_STATE_BYTES
+
+
+
+def stateless_recipe(
+    *,
+    lam: float,
+    server_optimizer_fn: tff.learning.optimizers.Optimizer,
+    cross_silo: Union[bool, str] = False,
+    client_epochs: int = 1,
+    num_clients: Optional[int] = None,
+) -> recipe_lib.RecipeFn:
+  """FedCurv's stateless variant, as FedBN composes it (`fed_bn`).
+
+  FedBN keeps each client's batch-norm values as its client state, and
+  over FedCurv it runs the stateless variant (each client's own Fisher
+  terms stay in u, v); this takes `build_fed_curv`'s arguments, so that
+  FedBN is given what FedCurv is, and refuses Eq. 3 where it is asked for.
+
+  Args:
+    lam: As for `build_fed_curv`.
+    server_optimizer_fn: The server's optimizer.
+    cross_silo: `False`, 'off' or 'auto' ('auto' is the stateless variant
+      here); `True` or 'on' are refused.
+    client_epochs: As for `build_fed_curv`.
+    num_clients: Not needed (nothing here is sized by the population);
+      accepted since FedCurv takes it.
+
+  Raises:
+    ValueError: If `cross_silo` asks for Eq. 3 or is not one of the above,
+      or another argument is out of range.
+  """
+  del num_clients  # The stateless variant holds nothing per client.
+  if not isinstance(cross_silo, bool):
+    EXACT.check(cross_silo, 'cross_silo')
+  if cross_silo is True or cross_silo == 'on':
+    raise ValueError(
+        f'cross_silo={cross_silo!r}: FedBN over FedCurv runs its stateless '
+        "variant (each client's own Fisher terms stay in u, v); Eq. 3 "
+        "(cross_silo) is not available with FedBN: use 'off' or 'auto'.")
+  return fed_curv_recipe(lam=lam, server_optimizer_fn=server_optimizer_fn,
+                         client_epochs=client_epochs)
 
 
 def fed_curv_recipe(
@@ -365,7 +419,7 @@ def fed_curv_recipe(
     ValueError: If `lam` is negative or not a finite number, or
       `client_epochs` is not a positive integer.
   """
-  checks.check_non_negative('lam', lam)
+  LAM.check(lam)
   checks.check_int('client_epochs', client_epochs)
 
   def recipe_fn(weights_type):

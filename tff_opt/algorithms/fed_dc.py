@@ -132,7 +132,6 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_dyn
@@ -161,7 +160,7 @@ REPORTED_KEY = 'reported'
 ALPHA = hparams.HParam(
     'feddc_alpha', 0.01, 'FedDC penalty strength alpha on ||theta + h_i - '
     'w||^2, >= 0 (the FedDC authors\' CIFAR value; their MNIST script uses '
-    '0.1).', lower=0.0)
+    '0.1).', lower=0.0, argument='alpha')
 SPEC = hparams.Spec(
     summary=('FedDC (Gao et al., CVPR 2022): local objective L_i + '
              '(alpha/2)||theta + h_i - w||^2 + (1/(eta K))<theta, g_i - g> '
@@ -351,7 +350,7 @@ def fed_dc_recipe(*, alpha: float, num_clients: int,
     ValueError: If `alpha` is negative or not a finite number, or
       `num_clients` not a positive integer.
   """
-  checks.check_non_negative('alpha', alpha)
+  ALPHA.check(alpha)
   fed_dyn.check_num_clients(num_clients)
 
   def recipe_fn(weights_type):

@@ -59,7 +59,6 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import hparams
@@ -76,7 +75,8 @@ MEAN_STATE_KEY = 'mean'
 
 ALPHA = hparams.HParam(
     'feddyn_alpha', 0.01, 'FedDyn regularization strength alpha, > 0 '
-    '(FedADC\'s grid: 0.1, 0.01, 0.001).')  # > 0: build_fed_dyn checks it.
+    '(FedADC\'s grid: 0.1, 0.01, 0.001).', lower=0.0, lower_open=True,
+    argument='alpha')
 SPEC = hparams.Spec(
     summary=('FedDyn (Acar et al. Algorithm 1): local objective L_k - <g_k, '
              'w> + (alpha/2)||w - w_t||^2 with per-client state g_k kept by '
@@ -163,7 +163,7 @@ def fed_dyn_recipe(*, alpha: float, num_clients: int,
   Raises:
     ValueError: If `alpha` is not > 0 or `num_clients` not >= 1.
   """
-  checks.check_positive('alpha', alpha)
+  ALPHA.check(alpha)
   check_num_clients(num_clients)
 
   def recipe_fn(weights_type):

@@ -31,7 +31,6 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import distributors
@@ -42,10 +41,11 @@ ALPHA = hparams.HParam(
     'alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the paper uses 5).',
     lower=0.0)
 GRAD_AT_ZERO = hparams.HParam(
-    'fedfor_grad_at_zero', '0', 'FedFOR: derivative of U(x) = max(x, 0) at '
+    'fedfor_grad_at_zero', 0, 'FedFOR: derivative of U(x) = max(x, 0) at '
     '0, where every coordinate starts local training: 0 = relu\'s (no push '
     'on the first step), 1 = the paper\'s x-branch (first step moves by '
-    '-alpha (w_{t-1} - w_t)).', kind='enum', choices=('0', '1'))
+    '-alpha (w_{t-1} - w_t)).', kind='integer', lower=0, upper=1,
+    argument='grad_at_zero')
 SPEC = hparams.Spec(
     summary=('FedFOR (Eq. 7): two-model broadcast, local penalty '
              '(alpha/eta) sum U((w_{t-1} - w_t)(w - w_t)) (--alpha; U\'(0) '
@@ -71,7 +71,8 @@ def fed_for_recipe(
     ValueError: If `alpha` is negative or not a finite number, or
       `grad_at_zero` is not 0 or 1.
   """
-  checks.check_non_negative('alpha', alpha)
+  ALPHA.check(alpha)
+  GRAD_AT_ZERO.check(grad_at_zero)
   return functools.partial(
       recipe.penalized_fed_opt,
       distributor_fn=distributors.with_previous_model,

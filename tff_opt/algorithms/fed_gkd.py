@@ -59,7 +59,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import hparams
@@ -79,13 +78,15 @@ PUSHED_KEY = 'pushed'
 
 GKD_GAMMA = hparams.HParam(
     'gkd_gamma', 0.2, 'FedGKD coefficient gamma of (gamma/2) tau^2 KL, >= 0 '
-    '(0.2: the FedADC paper\'s lambda = 0.1 on tau^2 KL).', lower=0.0)
+    '(0.2: the FedADC paper\'s lambda = 0.1 on tau^2 KL).', lower=0.0,
+    argument='gamma')
 GKD_TEMPERATURE = hparams.HParam(
-    'gkd_temperature', 0.5, 'FedGKD temperature tau, > 0.')  # FedADC IV-A3.
+    'gkd_temperature', 0.5, 'FedGKD temperature tau, > 0.', lower=0.0,
+    lower_open=True, argument='temperature')  # FedADC IV-A3.
 GKD_BUFFER_SIZE = hparams.HParam(
     'gkd_buffer_size', 5, 'FedGKD: the teacher is the mean of the last M '
-    'global models; M >= 1.', kind='integer',
-    lower=1)  # The authors' README run, --buffer_length 5.
+    'global models; M >= 1.', kind='integer', lower=1,
+    argument='buffer_size')  # The authors' README run, --buffer_length 5.
 SPEC = hparams.Spec(
     summary=('FedGKD (Yao et al.): distillation from the parameter mean of '
              'the last --gkd_buffer_size global models, CE + (gamma/2) tau^2 '
@@ -245,9 +246,9 @@ def fed_gkd_recipe(
   Raises:
     ValueError: If a hyper-parameter is out of range; the message names it.
   """
-  checks.check_non_negative('gamma', gamma)
-  checks.check_positive('temperature', temperature)
-  checks.check_int('buffer_size', buffer_size)
+  GKD_GAMMA.check(gamma)
+  GKD_TEMPERATURE.check(temperature)
+  GKD_BUFFER_SIZE.check(buffer_size)
   objective = client_work_lib.LocalObjective(
       loss_fn_builder=losses.build_gkd_loss(gamma, temperature))
 

@@ -29,7 +29,6 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
@@ -39,9 +38,10 @@ from tff_opt.round import losses
 
 NTD_BETA = hparams.HParam(
     'ntd_beta', 0.3, 'FedNTD weight beta of the not-true distillation, >= 0 '
-    '(0: FedAvg).', lower=0.0)  # FedADC paper, Section IV-A4.
+    '(0: FedAvg).', lower=0.0, argument='beta')  # FedADC paper, Section IV-A4.
 NTD_TEMPERATURE = hparams.HParam(
-    'ntd_temperature', 1.0, 'FedNTD temperature tau, > 0.')  # Ibid.
+    'ntd_temperature', 1.0, 'FedNTD temperature tau, > 0.', lower=0.0,
+    lower_open=True, argument='temperature')  # Ibid.
 SPEC = hparams.Spec(
     summary=('FedNTD (Lee et al., NeurIPS 2022): local loss CE + beta tau^2 '
              'KL over the not-true classes, the broadcast model the teacher '
@@ -69,8 +69,8 @@ def fed_ntd_recipe(
   Raises:
     ValueError: If a hyper-parameter is out of range; the message names it.
   """
-  checks.check_non_negative('beta', beta)
-  checks.check_positive('temperature', temperature)
+  NTD_BETA.check(beta)
+  NTD_TEMPERATURE.check(temperature)
   return functools.partial(
       recipe_lib.penalized_fed_opt,
       distributor_fn=tff.learning.templates.build_broadcast_process,

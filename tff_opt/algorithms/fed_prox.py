@@ -21,7 +21,6 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import penalties
@@ -47,7 +46,7 @@ def fed_prox_recipe(
   Raises:
     ValueError: If `mu` is negative or not a finite number.
   """
-  checks.check_non_negative('mu', mu)
+  MU.check(mu)
   return functools.partial(
       recipe.penalized_fed_opt,
       distributor_fn=tff.learning.templates.build_broadcast_process,

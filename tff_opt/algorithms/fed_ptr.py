@@ -278,7 +278,7 @@ UPDATE_EVERY = hparams.HParam(
     kind='integer', lower=0)
 MTT_INIT_LR = hparams.HParam(
     'mtt_init_lr', 0.01, 'FedPTR initial synthetic step size alpha_syn, '
-    'positive.', lower=1e-12)
+    'positive.', lower=0.0, lower_open=True)
 MTT_IMAGE_LR = hparams.HParam(
     'mtt_image_lr', 100.0, 'FedPTR SGD step size of the synthetic images.',
     lower=0.0)
@@ -287,7 +287,7 @@ MTT_LR_LR = hparams.HParam(
 MTT_MOMENTUM = hparams.HParam(
     'mtt_momentum', 0.5, 'FedPTR momentum of the MTT outer SGD updates '
     '(images and alpha_syn), in [0, 1); MTT\'s default 0.5, 0 for plain '
-    'gradient descent.', lower=0.0)
+    'gradient descent.', lower=0.0, upper=1.0, upper_open=True)
 _HPARAMS = (MU, IMAGES_PER_CLASS, MTT_OUTER_STEPS, MTT_INNER_STEPS,
             PROJECTION_STEPS, LAYER_ADAPTIVE, UPDATE_EVERY, MTT_INIT_LR,
             MTT_IMAGE_LR, MTT_LR_LR, MTT_MOMENTUM)
@@ -307,7 +307,8 @@ CLIENT_SIDE_SPEC = dataclasses.replace(
              'images, projects w~_{t+1} and trains with sum_l mu_l/2 ||w_l '
              '- w~_l||^2; each client keeps its synthetic set as client '
              'state and re-runs MTT every --update_every of its '
-             'participations (same flags as fedptr_s)'))
+             'participations (same flags as fedptr_s)'),
+    preset=(('side', 'client'),))
 
 
 def _norm(tensor) -> tf.Tensor:
@@ -878,16 +879,11 @@ def build_fed_ptr(
   """
   if side not in _SIDES:
     raise ValueError(f"side must be 'server' or 'client', got {side!r}.")
-  checks.check_non_negative('mu', mu)
-  checks.check_int('images_per_class', images_per_class)
-  checks.check_int('mtt_outer_steps', mtt_outer_steps, minimum=0)
-  checks.check_int('mtt_inner_steps', mtt_inner_steps)
-  checks.check_int('projection_steps', projection_steps, minimum=0)
-  checks.check_int('update_every', update_every, minimum=0)
-  checks.check_positive('mtt_init_lr', mtt_init_lr)
-  checks.check_non_negative('mtt_image_lr', mtt_image_lr)
-  checks.check_non_negative('mtt_lr_lr', mtt_lr_lr)
-  checks.check_unit_interval('mtt_momentum', mtt_momentum)
+  for hparam, value in zip(_HPARAMS, (
+      mu, images_per_class, mtt_outer_steps, mtt_inner_steps,
+      projection_steps, layer_adaptive, update_every, mtt_init_lr,
+      mtt_image_lr, mtt_lr_lr, mtt_momentum)):
+    hparam.check(value)
   penalty = functools.partial(projected_proximal, mu=mu,
                               layer_adaptive=layer_adaptive,
                               layer_groups=trainable_layer_groups(model_fn))

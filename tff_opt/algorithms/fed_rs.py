@@ -26,7 +26,7 @@ experiments only. The model's predictions must be logits.
 
 import functools
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -43,25 +43,13 @@ from tff_opt.round import losses
 FEDRS_ALPHA = hparams.HParam(
     'fedrs_alpha', 0.5, 'FedRS scale of the logits of the classes a client '
     'lacks, in [0, 1] (1: FedAvg).', lower=0.0,
-    upper=1.0)  # FedADC paper, Section IV-A1.
+    upper=1.0, argument='alpha')  # FedADC paper, Section IV-A1.
 SPEC = hparams.Spec(
     summary=('FedRS (Li & Zhan, KDD 2021): restricted softmax, the logits '
              'of the classes a client lacks scaled by --fedrs_alpha, server '
              'optimizer from --server_opt'),
     hparams=(FEDRS_ALPHA,),
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
-
-
-def check_alpha(alpha: Any) -> None:
-  """Raises ValueError unless 0 <= `alpha` <= 1 (a finite number)."""
-  try:
-    checks.check_non_negative('alpha', alpha)
-    ok = float(alpha) <= 1.0
-  except ValueError:
-    ok = False
-  if not ok:
-    shown = repr(alpha) if isinstance(alpha, (str, bytes)) else str(alpha)
-    raise ValueError(f'alpha must be in [0, 1], got {shown}.')
 
 
 def fed_rs_recipe(
@@ -88,7 +76,7 @@ def fed_rs_recipe(
   Raises:
     ValueError: If a hyper-parameter is out of range; the message names it.
   """
-  check_alpha(alpha)
+  FEDRS_ALPHA.check(alpha)
   checks.check_int('num_classes', num_classes, minimum=2)
   return functools.partial(
       recipe_lib.penalized_fed_opt,
@@ -138,7 +126,7 @@ def build_fed_rs(
     ValueError: If `alpha` is not in [0, 1]; the message names it.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
-  check_alpha(alpha)
+  FEDRS_ALPHA.check(alpha)
   recipe_fn = fed_rs_recipe(alpha=alpha, num_classes=_common.num_classes_of(model_fn),
                             server_optimizer_fn=server_optimizer_fn,
                             model_aggregator=model_aggregator)

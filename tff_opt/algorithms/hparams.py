@@ -1,111 +1,50 @@
 """An algorithm's hyper-parameters, declared once, in the algorithm's module.
 
 Each algorithm module opens with its `Spec`: the one-line summary, the
-hyper-parameters of its own (`HParam`: flag name, default, bounds, help),
-its paper's client weighting, who makes its server step and which facts
-of the task its builder takes. Everything else reads that declaration:
+hyper-parameters of its own (`HParam`: flag name, builder argument,
+default, bounds, help), its paper's client weighting, who makes its server
+step, which facts of the task its builder takes and which builder arguments
+its registry entry fixes. Everything else reads that declaration:
 
 - the library builder's defaults (`build_fed_curv`'s `client_weighting` is
   `fed_curv.SPEC.client_weighting`, `build_fed_ntd`'s `beta` is
   `fed_ntd.NTD_BETA.default`: the same objects);
-- `binaries.train`'s flags (`define_flag`, with the declared default,
-  bounds and help);
-- the registry's entry (`tff_opt.program.registry`: which flags an
-  algorithm reads, which it needs, its default weighting and server rule).
-
-`HParam.check` tests a value against the declared bounds; a declaration's
-own default is checked when it is made. Values that reach a builder
-without a flag are checked by the builder itself (`tff_opt.checks`), with
-the library's messages.
+- the library builder's range checks: `HParam.check` is the one validator
+  of a declared hyper-parameter (`build_fed_dyn` calls
+  `fed_dyn.ALPHA.check(alpha)`), with the library's messages (`alpha must
+  be positive, got 0.0.`); `HParam` is defined in `tff_opt.checks`, beside
+  those messages, and named here;
+- `binaries.train`'s flags (`define_flag`: the declared default and help,
+  and a validator that is `HParam.check`, so that `--feddyn_alpha=0` is
+  refused with the builder's own sentence);
+- the registry (`tff_opt.program.registry`): which flags an algorithm
+  reads, which it needs, which builder argument each flag is, its default
+  weighting and server rule;
+- the documentation's flag reference (`docs/_ext/tffopt_docs.py`:
+  `HParam.range_text`).
 
 Two hyper-parameters are shared by several algorithms and declared here:
 `--beta` (FedADC's and SlowMo's global momentum) and `--mu` (FedProx's
 proximal strength, FedPTR's base strength). Everything an algorithm's update
 needs beyond its own hyper-parameters (client and server optimizers,
 client learning-rate schedule, client weighting) is a builder argument
-every algorithm shares (`tff_opt.program.flag_adapters.shared_arguments`).
+every algorithm shares (`tff_opt.program.registry.shared_arguments`).
 """
 
 import dataclasses
-import math
-from typing import Any, Optional
+from typing import Any
 
 import tensorflow_federated as tff
 
-KINDS = ('float', 'integer', 'boolean', 'enum')
+from tff_opt import checks
+
 SERVER_RULES = ('optimizer', 'sgd', 'own')
 TASK_FACTS = ('num_clients', 'client_epochs')
 
 
-@dataclasses.dataclass(frozen=True)
-class HParam:
-  """One hyper-parameter: its flag, default, bounds and help.
-
-  Attributes:
-    flag: The `binaries.train` flag, without dashes (`lam`, `feddyn_alpha`).
-    default: The default value, the flag's and the builder's; `None` where
-      the algorithm has none (`needed`) or derives one (`--beta_local`).
-    help: The flag's help text.
-    kind: 'float', 'integer', 'boolean' or 'enum'.
-    choices: An enum's values.
-    lower: Smallest value allowed (inclusive), or `None`.
-    upper: Largest value allowed (inclusive), or `None`.
-    needed: The algorithm refuses to run without a value (no default).
-  """
-  flag: str
-  default: Any
-  help: str
-  kind: str = 'float'
-  choices: tuple[str, ...] = ()
-  lower: Optional[float] = None
-  upper: Optional[float] = None
-  needed: bool = False
-
-  def __post_init__(self):
-    if self.kind not in KINDS:
-      raise ValueError(f'HParam {self.flag}: kind {self.kind!r} is not one '
-                       f'of {KINDS}.')
-    if (self.kind == 'enum') != bool(self.choices):
-      raise ValueError(f'HParam {self.flag}: choices go with kind enum.')
-    if self.needed and self.default is not None:
-      raise ValueError(f'HParam {self.flag}: a needed one has no default.')
-    if self.default is not None:
-      self.check(self.default)
-
-  def check(self, value: Any) -> None:
-    """Raises `ValueError` if `value` is out of the declared range.
-
-    `None` passes unless `needed` (the algorithm's own default then).
-    """
-    if value is None:
-      if self.needed:
-        raise ValueError(f'--{self.flag} is needed.')
-      return
-    if self.kind == 'enum':
-      if value not in self.choices:
-        raise ValueError(f'expected one of {", ".join(self.choices)}.')
-      return
-    if self.kind == 'boolean':
-      if not isinstance(value, bool):
-        raise ValueError('expected true or false.')
-      return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-        self.kind == 'integer' and not float(value).is_integer()) or (
-            not math.isfinite(value)):
-      raise ValueError(f'expected {"an integer" if self.kind == "integer" else "a finite number"}.')
-    if ((self.lower is not None and value < self.lower) or
-        (self.upper is not None and value > self.upper)):
-      raise ValueError(f'expected a value in {self.range_text()}.')
-
-  def range_text(self) -> str:
-    """`[0, 1]`, `>= 0`, `<= 1` or `any`."""
-    if self.lower is not None and self.upper is not None:
-      return f'[{self.lower:g}, {self.upper:g}]'
-    if self.lower is not None:
-      return f'>= {self.lower:g}'
-    if self.upper is not None:
-      return f'<= {self.upper:g}'
-    return 'any'
+# Defined beside the checks it words its messages as (`tff_opt.checks`), so
+# that a value is checked in one file whoever checks it; declared here.
+HParam = checks.HParam
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,11 +62,16 @@ class Spec:
       its paper's plain step, SGD with learning rate 1 unless `--server_lr`
       says otherwise, and an adaptive `--server_opt` is refused (FedDyn,
       FedDC); 'own': its own server rule, built in, and `--server_opt` and
-      `--server_lr` are unused (FedADC, FedADC+, SlowMo).
+      `--server_lr` are unused (FedADC, FedADC+, SlowMo): its builder takes
+      `client_learning_rate`, the rate of its own local plain SGD steps,
+      and no optimizers.
     task_facts: What the builder takes of the task beside its model:
-      'num_clients', the number of training clients (FedDyn's m);
-      'client_epochs', the local epochs each client dataset holds (FedCurv's
-      Fisher runs over one of them).
+      'num_clients', the number of training clients (FedDyn's m, FedCurv's
+      `cross_silo='auto'`); 'client_epochs', the local epochs each client
+      dataset holds (FedCurv's Fisher runs over one of them).
+    preset: Builder arguments this entry fixes, as `(argument, value)`
+      pairs: FedADC+ is FedADC's builder with `distillation=True`, FedPTR
+      its builder with `side='client'`.
   """
   summary: str
   hparams: tuple[HParam, ...] = ()
@@ -135,6 +79,7 @@ class Spec:
       tff.learning.ClientWeighting.NUM_EXAMPLES)
   server_rule: str = 'optimizer'
   task_facts: tuple[str, ...] = ()
+  preset: tuple[tuple[str, Any], ...] = ()
 
   def __post_init__(self):
     if self.server_rule not in SERVER_RULES:
@@ -156,7 +101,14 @@ class Spec:
 
 
 def define_flag(hparam: HParam, flag_values=None) -> None:
-  """Defines `hparam`'s absl flag, with its default, bounds and help.
+  """Defines `hparam`'s absl flag: its default, help and `HParam.check`.
+
+  A number's bounds are not absl's `lower_bound`/`upper_bound` (which have
+  no open bound and say it in other words): the flag's validator is the
+  declaration's own check, so the flag refuses exactly what the builder
+  refuses, with the builder's sentence (absl reports it as `flag
+  --beta=1.0: beta must be in [0, 1), got 1.0.`). An enum's and a
+  boolean's values are absl's parser's.
 
   Args:
     hparam: The declaration.
@@ -165,26 +117,26 @@ def define_flag(hparam: HParam, flag_values=None) -> None:
   """
   from absl import flags  # pylint: disable=g-import-not-at-top
   kwargs = {} if flag_values is None else {'flag_values': flag_values}
-  bounds = {k: v for k, v in (('lower_bound', hparam.lower),
-                              ('upper_bound', hparam.upper)) if v is not None}
   if hparam.kind == 'float':
-    flags.DEFINE_float(hparam.flag, hparam.default, hparam.help, **bounds,
-                       **kwargs)
+    flags.DEFINE_float(hparam.flag, hparam.default, hparam.help, **kwargs)
   elif hparam.kind == 'integer':
-    flags.DEFINE_integer(hparam.flag, hparam.default, hparam.help, **bounds,
-                         **kwargs)
+    flags.DEFINE_integer(hparam.flag, hparam.default, hparam.help, **kwargs)
   elif hparam.kind == 'boolean':
     flags.DEFINE_boolean(hparam.flag, hparam.default, hparam.help, **kwargs)
   else:
     flags.DEFINE_enum(hparam.flag, hparam.default, list(hparam.choices),
                       hparam.help, **kwargs)
+  if hparam.lower is not None or hparam.upper is not None:
+    flags.register_validator(hparam.flag,
+                             hparam.flag_validator(flags.ValidationError),
+                             **kwargs)
 
 
 # --- Shared by several algorithms ---------------------------------------------
 
 GLOBAL_MOMENTUM = HParam(
     'beta', 0.9, 'FedADC / SlowMo global momentum beta_global, in [0, 1).',
-    lower=0.0, upper=1.0)
+    lower=0.0, upper=1.0, upper_open=True)
 PROXIMAL_MU = HParam(
     'mu', None, 'FedProx proximal strength mu (local objective L_k + mu/2 '
     '||w - w_t||^2), FedPTR\'s base strength; needed by fedprox, fedptr and '

@@ -56,7 +56,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import hparams
@@ -73,10 +72,11 @@ PREVIOUS_MODEL_KEY = 'previous_model'
 MOON_MU = hparams.HParam(
     'moon_mu', None, 'MOON weight mu of the model-contrastive loss, >= 0; '
     'needed by --algorithm=moon (the FedADC paper searches 1 to 5).',
-    lower=0.0, needed=True)
+    lower=0.0, needed=True, argument='mu')
 MOON_TEMPERATURE = hparams.HParam(
     'moon_temperature', 0.5, 'MOON temperature tau of the cosine '
-    'similarities, > 0.')  # MOON's and the FedADC paper's tau.
+    'similarities, > 0.', lower=0.0, lower_open=True,
+    argument='temperature')  # MOON's and the FedADC paper's tau.
 SPEC = hparams.Spec(
     summary=('MOON (Li, He & Song, CVPR 2021): local loss CE + mu l_con '
              'contrasting the projection head\'s z with the global model\'s '
@@ -128,8 +128,8 @@ def moon_recipe(
     ValueError: If `mu` is negative or `temperature` not positive (or
       either is not a finite number); the message names it.
   """
-  checks.check_non_negative('mu', mu)
-  checks.check_positive('temperature', temperature)
+  MOON_MU.check(mu)
+  MOON_TEMPERATURE.check(temperature)
   mu, temperature = float(mu), float(temperature)
 
   def recipe_fn(weights_type):
