@@ -4,7 +4,10 @@ Two rounds each; metrics.csv must carry the per-client bytes of the FedFOR
 paper's Table 1 (cross-device): FedProx sends one model each way, FedFOR two
 models (and a flag byte) down, FedCurv three vectors each way, SCAFFOLD two.
 Each ends somewhere other than FedAvg's run on the same flags, so the binary
-runs the algorithm its flag names.
+runs the algorithm its flag names: by at least 5 % of the evaluation loss,
+far above what a different CPU's kernels make of the same run (FedAvg's
+1.268 here was 1.263 on another machine, 0.4 %), so each strength is one
+that moves it by 16-58 %.
 """
 
 import csv
@@ -23,9 +26,9 @@ FAST = ['--task=digits', '--task_option=num_clients=3',
         '--clients_per_round=3', '--client_epochs=1', '--rounds=2',
         '--eval_every=2', '--seed=1', '--server_opt=sgd', '--server_lr=1.0']
 RUNS = {
-    'fedprox': ['--mu=0.01'],
+    'fedprox': ['--mu=1'],
     'fedfor': ['--alpha=5'],
-    'fedcurv': ['--lam=0.1'],
+    'fedcurv': ['--lam=10'],
     'scaffold': [],
 }
 
@@ -60,7 +63,7 @@ def fedavg_rows(tmp_path_factory):
 def test_each_ends_somewhere_other_than_fedavg(runs, fedavg_rows, name):
   got = float(runs[name][0][-1]['eval_loss'])
   want = float(fedavg_rows[-1]['eval_loss'])
-  assert abs(got - want) > 1e-4 * want, (name, got, want)
+  assert abs(got - want) > 0.05 * want, (name, got, want)
 
 
 def test_runs_two_rounds_and_records_hyper_parameters(runs):
@@ -68,9 +71,9 @@ def test_runs_two_rounds_and_records_hyper_parameters(runs):
     assert [r['round'] for r in rows] == ['1', '2'], name
     assert 0.0 <= float(rows[-1]['eval_accuracy']) <= 1.0, name
     assert hparams['algorithm'] == name
-  assert runs['fedprox'][1]['mu'] == 0.01
+  assert runs['fedprox'][1]['mu'] == 1.0
   assert runs['fedfor'][1]['alpha'] == 5.0
-  assert runs['fedcurv'][1]['lam'] == 0.1
+  assert runs['fedcurv'][1]['lam'] == 10.0
 
 
 def test_metrics_reproduce_fedfor_table_1_communication(runs):
