@@ -3,7 +3,8 @@
 Two rounds of each of FedNTD, FedRS, FedGKD, MOON and FedDC through
 `binaries.train`, against FedAvg's run on the same flags (same clients,
 same weighting, same model): each records its hyper-parameters, and each
-trains something other than FedAvg (its round-2 evaluation differs), so the
+trains something other than FedAvg (its round-2 evaluation loss differs by
+more than 2 %, where another CPU's kernels move FedAvg's by 0.4 %), so the
 binary runs the algorithm its flag names. The maths of each is tested
 against NumPy in its own test file (tests/test_fed_ntd.py, ...).
 """
@@ -23,20 +24,26 @@ FAST = ('--task=digits', '--clients_per_round=4', '--client_epochs=1',
 # so that round 2's clients contrast with their round-1 models (a client's
 # first round is FedAvg's: its previous model is the global one).
 MOON_MODEL = ('--task_option=model=cnn_proj', '--task_option=num_clients=4')
+# FedRS on clients that lack classes (Dirichlet concentration 0.05): on the
+# default split (0.5) every client holds nearly every digit and its
+# restriction moves the evaluation loss by 0.5 %; here by 5 %.
+SKEWED = ('--task_option=alpha=0.05',)
+# Each run's data and model options; FedAvg runs once on each.
+SETUP = {'moon': MOON_MODEL, 'fedrs': SKEWED}
 RUNS = {
-    'fedntd': ('--ntd_beta=0.3', '--ntd_temperature=2.0'),
-    'fedrs': ('--fedrs_alpha=0.5',),
-    'fedgkd': ('--gkd_gamma=0.5', '--gkd_temperature=0.5',
+    'fedntd': ('--ntd_beta=3.0', '--ntd_temperature=2.0'),
+    'fedrs': (*SKEWED, '--fedrs_alpha=0.0'),
+    'fedgkd': ('--gkd_gamma=5.0', '--gkd_temperature=0.5',
                '--gkd_buffer_size=2'),
-    'moon': (*MOON_MODEL, '--moon_mu=5.0', '--moon_temperature=0.5'),
+    'moon': (*MOON_MODEL, '--moon_mu=20.0', '--moon_temperature=0.5'),
     'feddc': ('--feddc_alpha=0.1',),
 }
 RECORDED = {
-    'fedntd': {'ntd_beta': 0.3, 'ntd_temperature': 2.0},
-    'fedrs': {'fedrs_alpha': 0.5},
-    'fedgkd': {'gkd_gamma': 0.5, 'gkd_temperature': 0.5,
+    'fedntd': {'ntd_beta': 3.0, 'ntd_temperature': 2.0},
+    'fedrs': {'fedrs_alpha': 0.0},
+    'fedgkd': {'gkd_gamma': 5.0, 'gkd_temperature': 0.5,
                'gkd_buffer_size': 2},
-    'moon': {'moon_mu': 5.0, 'moon_temperature': 0.5},
+    'moon': {'moon_mu': 20.0, 'moon_temperature': 0.5},
     'feddc': {'feddc_alpha': 0.1},
 }
 
@@ -54,11 +61,9 @@ def runs(tmp_path_factory):
   out = {name: _run(str(tmp_path_factory.mktemp(name) / 'run'),
                     f'--algorithm={name}', *extra)
          for name, extra in RUNS.items()}
-  out['fedavg'] = _run(str(tmp_path_factory.mktemp('fedavg') / 'run'),
-                       '--algorithm=fedopt')
-  out['fedavg_proj'] = _run(
-      str(tmp_path_factory.mktemp('fedavg_proj') / 'run'),
-      '--algorithm=fedopt', *MOON_MODEL)
+  for setup in {(), *SETUP.values()}:
+    out[setup] = _run(str(tmp_path_factory.mktemp('fedavg') / 'run'),
+                      '--algorithm=fedopt', *setup)
   return out
 
 
@@ -68,6 +73,6 @@ def test_each_baseline_records_its_flags_and_is_not_fedavg(runs, name):
   assert [r['round'] for r in rows] == ['1', '2']
   assert hparams['algorithm'] == name
   assert {k: hparams[k] for k in RECORDED[name]} == RECORDED[name]
-  fedavg, _ = runs['fedavg_proj' if name == 'moon' else 'fedavg']
+  fedavg, _ = runs[SETUP.get(name, ())]
   got, want = float(rows[1]['eval_loss']), float(fedavg[1]['eval_loss'])
-  assert abs(got - want) > 1e-4 * want, (name, got, want)
+  assert abs(got - want) > 0.02 * want, (name, got, want)
