@@ -155,8 +155,8 @@ FEDBN_BASES = tuple(a.name for a in ALGORITHMS.values() if a.fedbn_recipe)
 def algorithm_hparams() -> tuple[hparams_lib.HParam, ...]:
   """Every registered algorithm's hyper-parameters, each flag once.
 
-  A flag two algorithms read (`--beta`, `--mu`) is one declaration
-  (`hparams.GLOBAL_MOMENTUM`, `hparams.PROXIMAL_MU`), shared.
+  A flag two algorithms read (FedADC's and FedADC+'s `--fedadc_beta`,
+  FedPTR's and FedPTR-S's `--fedptr_mu`) is one declaration, shared.
 
   Raises:
     ValueError: If two different declarations name the same flag.
@@ -168,6 +168,24 @@ def algorithm_hparams() -> tuple[hparams_lib.HParam, ...]:
         raise ValueError(f'--{hparam.flag} is declared twice, differently '
                          f'(again by {algorithm.name}).')
   return tuple(seen.values())
+
+
+def with_current_names(recorded: Mapping[str, Any]) -> dict[str, Any]:
+  """A run's recorded settings, its algorithm's old flag spellings renamed.
+
+  Args:
+    recorded: A run's `hparams.json`, by flag name; its `algorithm` says
+      which declarations' old spellings apply (`mu` is `fedprox_mu` for
+      FedProx, `fedptr_mu` for FedPTR).
+
+  Returns:
+    A copy with today's flag names (`hparams_lib.with_current_names`);
+    `recorded` itself where its algorithm is not registered.
+  """
+  algorithm = ALGORITHMS.get(recorded.get('algorithm'))
+  if algorithm is None:
+    return dict(recorded)
+  return hparams_lib.with_current_names(recorded, algorithm.spec.hparams)
 
 
 def flags_not_read_by(name: str) -> tuple[str, ...]:
