@@ -309,7 +309,7 @@ def check_points(points: Sequence[Point], *, where: str,
     try:
       train.FLAGS(['train', *p.argv])
       hparams = train.resolve_hparams()
-    except flags.Error as e:
+    except (flags.Error, train.UsageError) as e:  # `--mu` and `--fedprox_mu`.
       raise UsageError(f'{where}: point {p.name}: binaries.train rejects '
                        f'its flags: {e}') from e
     finally:

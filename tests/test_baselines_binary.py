@@ -24,18 +24,18 @@ FAST = ('--task=digits', '--clients_per_round=4', '--client_epochs=1',
 # first round is FedAvg's: its previous model is the global one).
 MOON_MODEL = ('--task_option=model=cnn_proj', '--task_option=num_clients=4')
 RUNS = {
-    'fedntd': ('--ntd_beta=0.3', '--ntd_temperature=2.0'),
+    'fedntd': ('--fedntd_beta=0.3', '--fedntd_temperature=2.0'),
     'fedrs': ('--fedrs_alpha=0.5',),
-    'fedgkd': ('--gkd_gamma=0.5', '--gkd_temperature=0.5',
-               '--gkd_buffer_size=2'),
+    'fedgkd': ('--fedgkd_gamma=0.5', '--fedgkd_temperature=0.5',
+               '--fedgkd_buffer_size=2'),
     'moon': (*MOON_MODEL, '--moon_mu=5.0', '--moon_temperature=0.5'),
     'feddc': ('--feddc_alpha=0.1',),
 }
 RECORDED = {
-    'fedntd': {'ntd_beta': 0.3, 'ntd_temperature': 2.0},
+    'fedntd': {'fedntd_beta': 0.3, 'fedntd_temperature': 2.0},
     'fedrs': {'fedrs_alpha': 0.5},
-    'fedgkd': {'gkd_gamma': 0.5, 'gkd_temperature': 0.5,
-               'gkd_buffer_size': 2},
+    'fedgkd': {'fedgkd_gamma': 0.5, 'fedgkd_temperature': 0.5,
+               'fedgkd_buffer_size': 2},
     'moon': {'moon_mu': 5.0, 'moon_temperature': 0.5},
     'feddc': {'feddc_alpha': 0.1},
 }

@@ -6,6 +6,8 @@ command lines, scripts and recorded runs written with the earlier names
 """
 
 import json
+import os
+import re
 
 from absl import flags
 import pytest
@@ -204,3 +206,22 @@ def test_a_shared_old_spelling_must_name_float_flags():
   two = hparams_lib.HParam('b_n', 1, 'n.', kind='integer', aliases=('n',))
   with pytest.raises(ValueError, match=r'^--n: an old spelling shared by '):
     hparams_lib.define_flags((one, two), values)
+
+
+def test_the_readme_algorithm_table_lists_each_algorithms_flags():
+  readme = os.path.join(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))), 'README.md')
+  with open(readme, encoding='utf-8') as f:
+    rows = [line.split(' | ') for line in f
+            if line.startswith('| [') and '(docs/algorithms/' in line]
+  listed = set()
+  for row in rows:
+    names = re.findall(r'`([a-z_]+)', row[2])
+    flags_listed = re.findall(r'`--([a-z_]+)`', row[4])
+    if row[2].startswith('`--fedbn'):
+      assert flags_listed == ['fedbn']
+      continue
+    want = {f for n in names for f in registry.ALGORITHMS[n].flags}
+    assert set(flags_listed) == want, row[0]
+    listed.update(names)
+  assert listed == set(registry.ALGORITHMS)
