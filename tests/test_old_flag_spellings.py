@@ -5,6 +5,7 @@ command lines, scripts and recorded runs written with the earlier names
 (`--lam`, `--mu`, `hparams.json`'s `mu`) must keep doing what they did.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -225,3 +226,21 @@ def test_the_readme_algorithm_table_lists_each_algorithms_flags():
     assert set(flags_listed) == want, row[0]
     listed.update(names)
   assert listed == set(registry.ALGORITHMS)
+
+
+def test_registry_reads_a_setting_under_its_old_spelling(monkeypatch):
+  # A program that calls `registry.build_process` with the earlier names.
+  seen = {}
+  monkeypatch.setitem(registry.ALGORITHMS, 'fedcurv', dataclasses.replace(
+      registry.ALGORITHMS['fedcurv'],
+      builder=lambda model_fn, **kwargs: seen.update(kwargs)))
+  registry.build_process('fedcurv', None, client_optimizer_fn=None,
+                         server_optimizer_fn=None, client_weighting=None,
+                         client_lr_schedule=None, num_clients=4, lam=0.3)
+  assert seen['lam'] == 0.3
+  # Today's name wins where both are given.
+  registry.build_process('fedcurv', None, client_optimizer_fn=None,
+                         server_optimizer_fn=None, client_weighting=None,
+                         client_lr_schedule=None, num_clients=4, lam=0.3,
+                         fedcurv_lam=0.7)
+  assert seen['lam'] == 0.7

@@ -265,6 +265,11 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   layers local to each client) over the recipe its entry names
   (`Algorithm.fedbn_recipe`), with the same arguments.
 
+  A setting given under its flag's earlier spelling (`lam=` for
+  `fedcurv_lam=`, `HParam.aliases`) is read as today's name where that is
+  not given, so that programs written before the flags were renamed build
+  the same process rather than silently take the default.
+
   Raises:
     FlagError: If a declaration refuses a flag's value, or (`about_model`)
       `fedbn` is given for a model without a batch-norm layer.
@@ -276,6 +281,7 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
     raise ValueError(f'Unknown algorithm {name!r}; known algorithms: '
                      f'{", ".join(ALGORITHMS)}.')
   algorithm = ALGORITHMS[name]
+  hparams = hparams_lib.with_current_names(hparams, algorithm.spec.hparams)
   missing = [h for h in algorithm.needed if hparams.get(h) is None]
   if missing:
     raise ValueError(f'Algorithm {name!r} needs ' +
