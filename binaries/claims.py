@@ -769,32 +769,15 @@ def main(argv: Sequence[str],
                                where=f'claim {c.name}', load_data=load_data)
     except reproduce.UsageError as e:
       _fail(str(e))
-    ordered = seed_major(points_by_claim)
-    if FLAGS.runs:
-      ordered = [(name, p) for name, p in ordered
-                 if any(fnmatch.fnmatchcase(run_name(name, p), pattern)
-                        for pattern in FLAGS.runs)]
-      if not ordered and first:
-        _fail(f'--runs={",".join(FLAGS.runs)}: no run of '
-              f'{", ".join(FLAGS.claims)} matches (names as in '
-              f'{logs_dir}, e.g. '
-              f'{run_name(*seed_major(points_by_claim)[0])}).')
+    ordered = _selected(points_by_claim, logs_dir=logs_dir,
+                        none_is_an_error=first)
     all_jobs = [sweep.Job(name=run_name(name, p), argv=p.argv,
                           output_dir=p.output_dir, rounds=p.rounds)
                 for name, p in ordered]
     jobs = [job for job in all_jobs if job.name not in launched]
     waits = [(c.name, m) for c in claims
              for m in waiting(c, points_by_claim[c.name])]
-    if first:
-      print(f'claims: {len(ordered)} runs of ' + ', '.join(
-          f'{c.name} ({FLAGS.seeds or c.seeds} seed(s))' for c in claims) +
-            f', {FLAGS.parallel} at a time, in '
-            f'{FLAGS.out_dir}', flush=True)
-      for name, method in waits:
-        print(f'{name}: {method} waits for its tuning', flush=True)
-    elif jobs:
-      print(f'claims: {len(jobs)} more runs, their tunings finished',
-            flush=True)
+    _announce_pass(claims, ordered, jobs, waits, first=first)
     first = False
     if not jobs and waits and FLAGS.wait_for_tunings and not FLAGS.dry_run:
       elsewhere, left = _unfinished_tunings(ordered, failed)
@@ -826,6 +809,40 @@ def main(argv: Sequence[str],
   if failed:
     _fail(f'{len(failed)} runs failed: {", ".join(failed)}; see '
           f'{logs_dir}.')
+
+
+def _selected(points_by_claim, *, logs_dir: str,
+              none_is_an_error: bool) -> list[tuple[str, reproduce.Point]]:
+  """The claims' runs, seed by seed, that `--runs` selects (all without it).
+
+  Raises (through `_fail`) when `--runs` matches nothing and
+  `none_is_an_error` (the first pass: a typo, not runs already done).
+  """
+  ordered = seed_major(points_by_claim)
+  if not FLAGS.runs:
+    return ordered
+  selected = [(name, p) for name, p in ordered
+              if any(fnmatch.fnmatchcase(run_name(name, p), pattern)
+                     for pattern in FLAGS.runs)]
+  if not selected and none_is_an_error:
+    _fail(f'--runs={",".join(FLAGS.runs)}: no run of '
+          f'{", ".join(FLAGS.claims)} matches (names as in '
+          f'{logs_dir}, e.g. {run_name(*ordered[0])}).')
+  return selected
+
+
+def _announce_pass(claims, ordered, jobs, waits, *, first: bool) -> None:
+  """The first pass's plan, or what a later pass adds."""
+  if first:
+    print(f'claims: {len(ordered)} runs of ' + ', '.join(
+        f'{c.name} ({FLAGS.seeds or c.seeds} seed(s))' for c in claims) +
+          f', {FLAGS.parallel} at a time, in '
+          f'{FLAGS.out_dir}', flush=True)
+    for name, method in waits:
+      print(f'{name}: {method} waits for its tuning', flush=True)
+  elif jobs:
+    print(f'claims: {len(jobs)} more runs, their tunings finished',
+          flush=True)
 
 
 def _unfinished_tunings(ordered: Sequence[tuple[str, reproduce.Point]],

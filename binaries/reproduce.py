@@ -263,6 +263,14 @@ def check_points(points: Sequence[Point], *, where: str,
   Raises:
     UsageError: One line naming what is missing.
   """
+  _check_names(points, where)
+  resolved = _resolve(points, where)
+  if load_data:
+    _check_tasks(resolved, where)
+
+
+def _check_names(points: Sequence[Point], where: str) -> None:
+  """Every algorithm, task, flag and task option the points name exists."""
   # Heavy imports (TensorFlow, TFF) only once a table is chosen.
   from binaries import train  # pylint: disable=g-import-not-at-top
   import tasks  # pylint: disable=g-import-not-at-top
@@ -303,6 +311,16 @@ def check_points(points: Sequence[Point], *, where: str,
         f'{text}, needed by {", ".join(users)}'
         for text, users in problems.items()) + '.')
 
+
+def _resolve(points: Sequence[Point], where: str) -> dict:
+  """Each point's settings as `binaries.train` resolves them, by task.
+
+  Returns:
+    {(task, options, data_dir): [(point, hparams), ...]}.
+  """
+  from binaries import train  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
+
   resolved = {}
   for p in points:
     train.FLAGS.unparse_flags()
@@ -330,9 +348,13 @@ def check_points(points: Sequence[Point], *, where: str,
     key = (hparams['task'], repr(hparams['task_options']),
            hparams['data_dir'])
     resolved.setdefault(key, []).append((p, hparams))
-  if not load_data:
-    return
+  return resolved
+
+
+def _check_tasks(resolved: dict, where: str) -> None:
+  """Builds each task once: its data is there and has clients enough."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  import tasks  # pylint: disable=g-import-not-at-top
   from tasks import data_errors  # pylint: disable=g-import-not-at-top
   for (task, _, data_dir), group in resolved.items():
     hparams = group[0][1]

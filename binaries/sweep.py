@@ -377,15 +377,7 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
     ValueError: If `parallel` or a job's `rounds` is not positive, or two
       jobs share a name.
   """
-  if parallel < 1:
-    raise ValueError(f'parallel must be a positive integer, got {parallel}.')
-  names = [job.name for job in jobs]
-  if len(set(names)) != len(names):
-    raise ValueError(f'job names must be distinct, got {sorted(names)}.')
-  for job in jobs:
-    if job.rounds < 1:
-      raise ValueError(
-          f'rounds must be a positive integer, got {job.rounds}.')
+  _check_jobs(jobs, parallel)
   os.makedirs(logs_dir, exist_ok=True)
   _STOPPING.clear()
   outcome = {}
@@ -398,43 +390,13 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
       todo.append(job)
   lock = threading.Lock()
 
+  def say(line: str) -> None:
+    with lock:
+      log(line)
+
   def run_one(job):
-    log_path = os.path.join(logs_dir, job.name + '.log')
-    pid = output_lock.holder(job.output_dir)
-    if pid is not None:  # Another sweep or claims process runs it now.
-      with lock:
-        log(f'{job.name}: being run by another process (pid {pid}), '
-            'skipped')
-      return job.name, 'elsewhere'
-    with lock:
-      log(f'{job.name}: started (log {log_path})')
-    status = launcher(list(job.argv), log_path)
-    for attempt in range(1, KILLED_RETRIES + 1):
-      if status != -signal.SIGKILL or _STOPPING.is_set():
-        break
-      note = (f'{job.name}: killed by SIGKILL (the kernel\'s out-of-memory '
-              'killer sends it: see dmesg); started again from its last '
-              f'checkpoint ({attempt} of {KILLED_RETRIES})')
-      with open(log_path, 'a') as f:
-        f.write(f'sweep: {note}\n')
-      with lock:
-        log(note)
-      status = launcher(list(job.argv), log_path)
-    ok = status == 0 and analysis.is_finished(job.output_dir, job.rounds)
-    if not ok and _STOPPING.is_set():  # Stopped by us: it resumes later.
-      with lock:
-        log(f'{job.name}: interrupted (exit {status}; resumes with the same '
-            'command)')
-      return job.name, 'interrupted'
-    why = f'exit {status}'
-    if status == 0 and not ok:  # It ended well but left rounds unlogged.
-      unlogged = analysis.unlogged_rounds(job.output_dir, job.rounds)
-      why += (f', but its {analysis.METRICS_FILE} lacks round(s) '
-              f'{analysis.describe_rounds(unlogged)}')
-    with lock:
-      log(f'{job.name}: ' + ('finished' if ok else
-                             f'FAILED ({why}; see {log_path})'))
-    return job.name, 'finished' if ok else 'failed'
+    return job.name, _run_job(job, logs_dir=logs_dir, launcher=launcher,
+                              log=say)
 
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=parallel)
   previous = binaries.stop_on_signals()
@@ -456,6 +418,54 @@ def run_jobs(jobs: Sequence[Job], *, logs_dir: str, parallel: int = 1,
 # SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is: one path stops
 # the runs on either (`binaries.stop_on_signals`).
 Terminated = binaries.Terminated
+
+
+def _check_jobs(jobs: Sequence[Job], parallel: int) -> None:
+  """`run_jobs`' arguments, or ValueError."""
+  if parallel < 1:
+    raise ValueError(f'parallel must be a positive integer, got {parallel}.')
+  names = [job.name for job in jobs]
+  if len(set(names)) != len(names):
+    raise ValueError(f'job names must be distinct, got {sorted(names)}.')
+  for job in jobs:
+    if job.rounds < 1:
+      raise ValueError(
+          f'rounds must be a positive integer, got {job.rounds}.')
+
+
+def _run_job(job: Job, *, logs_dir: str, launcher: Launcher,
+             log: Callable[[str], None]) -> str:
+  """Runs one unfinished job (`run_jobs`); its outcome."""
+  log_path = os.path.join(logs_dir, job.name + '.log')
+  pid = output_lock.holder(job.output_dir)
+  if pid is not None:  # Another sweep or claims process runs it now.
+    log(f'{job.name}: being run by another process (pid {pid}), skipped')
+    return 'elsewhere'
+  log(f'{job.name}: started (log {log_path})')
+  status = launcher(list(job.argv), log_path)
+  for attempt in range(1, KILLED_RETRIES + 1):
+    if status != -signal.SIGKILL or _STOPPING.is_set():
+      break
+    note = (f'{job.name}: killed by SIGKILL (the kernel\'s out-of-memory '
+            'killer sends it: see dmesg); started again from its last '
+            f'checkpoint ({attempt} of {KILLED_RETRIES})')
+    with open(log_path, 'a') as f:
+      f.write(f'sweep: {note}\n')
+    log(note)
+    status = launcher(list(job.argv), log_path)
+  ok = status == 0 and analysis.is_finished(job.output_dir, job.rounds)
+  if not ok and _STOPPING.is_set():  # Stopped by us: it resumes later.
+    log(f'{job.name}: interrupted (exit {status}; resumes with the same '
+        'command)')
+    return 'interrupted'
+  why = f'exit {status}'
+  if status == 0 and not ok:  # It ended well but left rounds unlogged.
+    unlogged = analysis.unlogged_rounds(job.output_dir, job.rounds)
+    why += (f', but its {analysis.METRICS_FILE} lacks round(s) '
+            f'{analysis.describe_rounds(unlogged)}')
+  log(f'{job.name}: ' + ('finished' if ok else
+                         f'FAILED ({why}; see {log_path})'))
+  return 'finished' if ok else 'failed'
 
 
 def exit_interrupted(prog: str,

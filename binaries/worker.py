@@ -294,8 +294,8 @@ def _serves_alone(grpc, channel, child: subprocess.Popen, port: int,
   return outcome is worker_env.Start.ALONE
 
 
-def serve() -> int:
-  """Starts the C++ worker and the relay; returns the exit code."""
+def _checked_flags() -> Optional[tuple[bytes, bytes]]:
+  """Refuses bad flags in one line; the TLS (key, certificate) pair, if any."""
   if FLAGS.port is None:
     raise UsageError('--port is required (the port to serve on).')
   if bool(FLAGS.tls_cert) != bool(FLAGS.tls_key):
@@ -311,10 +311,11 @@ def serve() -> int:
     except OSError as e:
       raise UsageError(f'--call_log={FLAGS.call_log}: cannot append to it '
                        f'({e.strerror}).') from e
-  binary = worker_binary_path()
+  return credentials_pair
 
-  import grpc  # pylint: disable=g-import-not-at-top
 
+def _worker_binary_env() -> dict[str, str]:
+  """The environment TFF's worker_binary starts with, from the flags."""
   env = {**worker_env.MALLOC_ENV, **os.environ}  # Flat memory (worker_env.MALLOC_ENV).
   env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   env.update(worker_env.worker_environment(
@@ -323,6 +324,17 @@ def serve() -> int:
     env['CUDA_VISIBLE_DEVICES'] = FLAGS.gpu
   if FLAGS.gpu_memory_growth:
     env['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'
+  return env
+
+
+def serve() -> int:
+  """Starts the C++ worker and the relay; returns the exit code."""
+  credentials_pair = _checked_flags()
+  binary = worker_binary_path()
+
+  import grpc  # pylint: disable=g-import-not-at-top
+
+  env = _worker_binary_env()
   child, channel = start_worker_binary(
       binary, env, max_calls=max_concurrent_calls(env),
       start_timeout=FLAGS.start_timeout)

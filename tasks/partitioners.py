@@ -436,6 +436,23 @@ def dirichlet_class_partition(
   return apply_empty_client_policy(partition, empty_clients)
 
 
+def _cut_shards(rng: np.random.Generator, class_of: np.ndarray,
+                class_sizes: np.ndarray, shard_size: int):
+  """Each class shuffled and cut into shards of `shard_size` examples.
+
+  Returns:
+    `(shards, shard_class)`: the shards' example indices, class by class,
+    and each shard's class; a class's remainder is in no shard.
+  """
+  shards, shard_class = [], []
+  for c in range(class_sizes.size):
+    pool = rng.permutation(np.flatnonzero(class_of == c))
+    for k in range(class_sizes[c] // shard_size):
+      shards.append(pool[k * shard_size:(k + 1) * shard_size])
+      shard_class.append(c)
+  return shards, shard_class
+
+
 def sort_and_partition(
     labels: Sequence[Any] | np.ndarray,
     num_clients: int,
@@ -508,12 +525,7 @@ def sort_and_partition(
   shard_size = labels.size // num_shards
   while usable(shard_size).sum() < num_shards:
     shard_size -= 1
-  shards, shard_class = [], []
-  for c in range(class_sizes.size):
-    pool = rng.permutation(np.flatnonzero(class_of == c))
-    for k in range(class_sizes[c] // shard_size):
-      shards.append(pool[k * shard_size:(k + 1) * shard_size])
-      shard_class.append(c)
+  shards, shard_class = _cut_shards(rng, class_of, class_sizes, shard_size)
   if not distinct_classes:
     chosen = rng.permutation(len(shards))[:num_shards]
     hands = [chosen[k * classes_per_client:(k + 1) * classes_per_client]
@@ -587,6 +599,32 @@ def fedcurv_partition(
   return sort_and_partition(labels, num_clients, blocks_per_client, seed=seed)
 
 
+def _label_tree(coarse_labels: np.ndarray, fine_labels: np.ndarray):
+  """The (coarse, fine) label tree that Pachinko allocation walks.
+
+  Returns:
+    `(fine_of, fine_sizes, coarse_names, parent)`: each example's fine
+    label index, each fine label's count, the coarse labels, and each fine
+    label's coarse label index.
+
+  Raises:
+    ValueError: If a fine label sits under two coarse labels.
+  """
+  _, fine_of, fine_sizes = np.unique(
+      fine_labels, return_inverse=True, return_counts=True)
+  coarse_names, coarse_of = np.unique(coarse_labels, return_inverse=True)
+  parent = np.full(fine_sizes.size, -1)
+  for f in range(fine_sizes.size):
+    parents = np.unique(coarse_of[fine_of == f])
+    if parents.size != 1:
+      raise ValueError(
+          f'fine label {np.unique(fine_labels)[f]!r} sits under several '
+          f'coarse labels ({", ".join(map(str, coarse_names[parents]))}); '
+          'Pachinko allocation needs a tree.')
+    parent[f] = parents[0]
+  return fine_of, fine_sizes, coarse_names, parent
+
+
 def pachinko_partition(
     coarse_labels: Sequence[Any] | np.ndarray,
     fine_labels: Sequence[Any] | np.ndarray,
@@ -633,18 +671,8 @@ def pachinko_partition(
     examples_per_client = num_examples // num_clients
   _check_args(num_examples, num_clients, alpha,
               examples_per_client if examples_per_client is not None else 0)
-  _, fine_of, fine_sizes = np.unique(
-      fine_labels, return_inverse=True, return_counts=True)
-  coarse_names, coarse_of = np.unique(coarse_labels, return_inverse=True)
-  parent = np.full(fine_sizes.size, -1)
-  for f in range(fine_sizes.size):
-    parents = np.unique(coarse_of[fine_of == f])
-    if parents.size != 1:
-      raise ValueError(
-          f'fine label {np.unique(fine_labels)[f]!r} sits under several '
-          f'coarse labels ({", ".join(map(str, coarse_names[parents]))}); '
-          'Pachinko allocation needs a tree.')
-    parent[f] = parents[0]
+  fine_of, fine_sizes, coarse_names, parent = _label_tree(coarse_labels,
+                                                         fine_labels)
   rng = np.random.default_rng(seed)
   pools = [rng.permutation(np.flatnonzero(fine_of == f))
            for f in range(fine_sizes.size)]

@@ -505,6 +505,149 @@ def _format_row(row: Mapping[str, Any], rounds: int,
   return '  '.join(parts)
 
 
+@dataclasses.dataclass
+class _Clients:
+  """Who trains, and the states of the clients seen so far (stateful runs)."""
+  process: tff.learning.templates.LearningProcess
+  ids: list[str]
+  stateful: bool
+  states: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    self.population = frozenset(self.ids)
+
+  def checkpoint(self, server_state, states=None) -> dict[str, Any]:
+    """The structure a checkpoint holds: server state, packed client states."""
+    structure = {PROCESS_STATE_KEY: server_state}
+    if self.stateful:
+      structure[CLIENT_STATES_KEY] = client_states_lib.pack(
+          self.ids, self.states if states is None else states,
+          self.process.initial_client_state())
+    return structure
+
+  def next(self, state, sampled: Sequence[str],
+           datasets: Sequence[tf.data.Dataset]):
+    """Runs the round; keeps the new states of the population's clients."""
+    if not self.stateful:
+      return self.process.next(state, datasets)
+    initial = self.process.initial_client_state()
+    output, new_states = self.process.next(
+        state, datasets, [self.states.get(cid, initial) for cid in sampled])
+    # A new dict: the last finished round's stays as it was.
+    self.states = {**self.states, **{
+        cid: s for cid, s in zip(sampled, new_states)
+        if cid in self.population}}
+    return output
+
+
+@dataclasses.dataclass
+class _Start:
+  """Where a run goes on from, and what keeps its progress."""
+  state: Any
+  round_num: int
+  manager: Optional[checkpoints.NumpyProgramStateManager] = None
+  metrics_log: Optional['MetricsLog'] = None
+
+
+def _start(clients: _Clients, initial_state, output_dir: Optional[str],
+           rounds: int, log, on_start) -> _Start:
+  """Reads `output_dir`'s newest usable checkpoint; opens its metrics log.
+
+  The order matters: the checkpoints are read and the run accepted (not
+  past `rounds`) before `on_start` and before anything in `output_dir` is
+  changed, so that a refused run writes nothing.
+  """
+  start, set_aside = _Start(initial_state, 0), None
+  if output_dir is not None:
+    os.makedirs(output_dir, exist_ok=True)
+    checkpoint_dir = os.path.join(output_dir, CHECKPOINT_DIR)
+    _remove_stale_temp_dirs(checkpoint_dir, log)
+    start.manager = checkpoints.NumpyProgramStateManager(
+        checkpoint_dir, keep_total=3, keep_first=True)
+    structure = clients.checkpoint(initial_state, {})
+    saved, version = _load_newest_readable(start.manager, structure,
+                                           checkpoint_dir, log)
+    if saved is not None:
+      gap = _metrics_gap(output_dir, checkpoint_dir, start.manager, structure,
+                         version, log)
+      if gap is not None:
+        saved, version, set_aside = gap
+    if saved is not None:
+      start.state, start.round_num = saved[PROCESS_STATE_KEY], version
+      if clients.stateful:
+        clients.states = client_states_lib.unpack(
+            clients.ids, saved[CLIENT_STATES_KEY],
+            clients.process.initial_client_state())
+    if start.round_num > rounds:
+      raise RoundsBehindCheckpointError(
+          f'{output_dir} is checkpointed at round {start.round_num}, past '
+          f'rounds={rounds}: ask for at least {start.round_num} rounds to '
+          'continue it, or give another output directory (nothing was '
+          'changed).')
+  if on_start is not None:
+    on_start(start.round_num)
+  if set_aside is not None:  # The run is accepted: keep what is unlogged.
+    set_aside()
+  if output_dir is not None:
+    start.metrics_log = MetricsLog(output_dir, log)
+    dropped = start.metrics_log.drop_rounds_after(start.round_num)
+    if start.round_num:
+      log(f'Resuming after round {start.round_num} from '
+          f'{os.path.join(output_dir, CHECKPOINT_DIR)}'
+          + (f' (recomputing {dropped} rounds logged after that checkpoint)'
+             if dropped else ''))
+  return start
+
+
+def _evaluator(evaluate_fn) -> Optional[Callable[[Any, int], dict]]:
+  """`(weights, round_num) -> {'eval_<name>': value}` for `evaluate_fn`."""
+  if evaluate_fn is None:
+    return None
+  takes_round = 'round_num' in inspect.signature(evaluate_fn).parameters
+
+  def evaluate(weights, round_num: int) -> dict[str, float]:
+    metrics = (evaluate_fn(weights, round_num=round_num) if takes_round
+               else evaluate_fn(weights))
+    return {f'eval_{name}': value for name, value in metrics.items()
+            if isinstance(value, float)}
+
+  return evaluate
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rounds:
+  """How each round is drawn and scored (`run_training`'s arguments)."""
+  clients_per_round: int
+  seed: int
+  client_dataset_fn: Callable[[str], tf.data.Dataset]
+  round_clients_fn: Optional[Callable[..., Any]]
+  evaluate: Optional[Callable[[Any, int], dict]]
+  eval_every: int
+  rounds: int
+
+  def train(self, clients: _Clients, state, round_num: int):
+    """Samples the round's clients and runs it; the process's output."""
+    sampled = sample_clients(clients.ids, self.clients_per_round,
+                             seed=self.seed, round_num=round_num)
+    tf.random.set_seed(self.seed * 1_000_003 + round_num)
+    if self.round_clients_fn is None:
+      datasets = [self.client_dataset_fn(cid) for cid in sampled]
+    else:
+      sampled, datasets = map(list, self.round_clients_fn(round_num, sampled))
+    return clients.next(state, sampled, datasets)
+
+  def row(self, process, output, round_num: int) -> dict[str, Any]:
+    """The round's metrics row; evaluated on the schedule and at the end."""
+    row = {'round': round_num, **flatten_metrics(output.metrics)}
+    if row.get('update_non_finite'):
+      _blank_rejected_training_metrics(row)
+    if self.evaluate is not None and (round_num % self.eval_every == 0 or
+                                      round_num == self.rounds):
+      row.update(self.evaluate(process.get_model_weights(output.state),
+                               round_num))
+    return row
+
+
 def run_training(
     process: tff.learning.templates.LearningProcess,
     *,
@@ -568,136 +711,62 @@ def run_training(
     MissingMetricError: If a round's metrics lack `stop_at`'s metric (an
       evaluated round, for an `eval_` metric); that round is not logged.
   """
+  # Over 80 lines with its signature and docstring: the round loop, its
+  # stop and its interruption are read in one place; resuming (`_start`)
+  # and each round's work (`_Rounds`) are apart.
   for name, value in (('rounds', rounds), ('eval_every', eval_every),
                       ('checkpoint_every', checkpoint_every)):
     checks.check_int(name, value)
   log = log or (lambda _: None)
-  client_ids = list(client_ids)
-  sample_clients(client_ids, clients_per_round, seed=seed, round_num=1)
+  clients = _Clients(process, list(client_ids),
+                     client_states_lib.is_client_stateful(process))
+  sample_clients(clients.ids, clients_per_round, seed=seed, round_num=1)
   if initial_state is None:
     initial_state = process.initialize()
-  state, start_round = initial_state, 0
-  stateful = client_states_lib.is_client_stateful(process)
-  client_state_store = {}  # client id -> state, clients seen so far.
-  population = set(client_ids)
-
-  def checkpoint_structure(server_state, store):
-    structure = {PROCESS_STATE_KEY: server_state}
-    if stateful:
-      structure[CLIENT_STATES_KEY] = client_states_lib.pack(
-          client_ids, store, process.initial_client_state())
-    return structure
-
-  metrics_log = manager = set_aside = None
-  if output_dir is not None:
-    os.makedirs(output_dir, exist_ok=True)
-    checkpoint_dir = os.path.join(output_dir, CHECKPOINT_DIR)
-    _remove_stale_temp_dirs(checkpoint_dir, log)
-    manager = checkpoints.NumpyProgramStateManager(
-        checkpoint_dir, keep_total=3, keep_first=True)
-    structure = checkpoint_structure(initial_state, {})
-    saved, version = _load_newest_readable(manager, structure, checkpoint_dir,
-                                           log)
-    if saved is not None:
-      gap = _metrics_gap(output_dir, checkpoint_dir, manager, structure,
-                         version, log)
-      if gap is not None:
-        saved, version, set_aside = gap
-    if saved is not None:
-      state, start_round = saved[PROCESS_STATE_KEY], version
-      if stateful:
-        client_state_store = client_states_lib.unpack(
-            client_ids, saved[CLIENT_STATES_KEY],
-            process.initial_client_state())
-    if start_round > rounds:
-      raise RoundsBehindCheckpointError(
-          f'{output_dir} is checkpointed at round {start_round}, past '
-          f'rounds={rounds}: ask for at least {start_round} rounds to '
-          'continue it, or give another output directory (nothing was '
-          'changed).')
-  if on_start is not None:
-    on_start(start_round)
-  if set_aside is not None:  # The run is accepted: keep what is unlogged.
-    set_aside()
-  if output_dir is not None:
-    metrics_log = MetricsLog(output_dir, log)
-    dropped = metrics_log.drop_rounds_after(start_round)
-    if start_round:
-      log(f'Resuming after round {start_round} from '
-          f'{os.path.join(output_dir, CHECKPOINT_DIR)}'
-          + (f' (recomputing {dropped} rounds logged after that checkpoint)'
-             if dropped else ''))
-  rows = metrics_log.rows if metrics_log else []
-
-  eval_takes_round = evaluate_fn is not None and (
-      'round_num' in inspect.signature(evaluate_fn).parameters)
+  start = _start(clients, initial_state, output_dir, rounds, log, on_start)
+  state, manager = start.state, start.manager
+  rows = start.metrics_log.rows if start.metrics_log else []
+  schedule = _Rounds(clients_per_round, seed, client_dataset_fn,
+                     round_clients_fn, _evaluator(evaluate_fn), eval_every,
+                     rounds)
   started = time.perf_counter()
   first_round_seconds = None  # The first round of this invocation (`progress`).
   stopped = None if stop_at is None else stop_at.reached_at(rows)
   if stopped is not None:
     log(f'Stopped before at round {stopped}: {stop_at.describe()} '
         '(stop_at); nothing to run.')
-  last_round = rounds if stopped is None else start_round
+  last_round = rounds if stopped is None else start.round_num
   # The last round logged, with its state, and the last round checkpointed:
   # an interruption checkpoints the former when it is the newer.
-  finished = (start_round, state, client_state_store)
-  saved_round = start_round
+  finished = (start.round_num, state, clients.states)
+  saved_round = start.round_num
   try:
-    for round_num in range(start_round + 1, last_round + 1):
+    for round_num in range(start.round_num + 1, last_round + 1):
       round_start = time.perf_counter()
-      sampled = sample_clients(client_ids, clients_per_round, seed=seed,
-                               round_num=round_num)
-      tf.random.set_seed(seed * 1_000_003 + round_num)
-      if round_clients_fn is None:
-        datasets = [client_dataset_fn(cid) for cid in sampled]
-      else:
-        sampled, datasets = map(list, round_clients_fn(round_num, sampled))
-      if stateful:
-        output, new_client_states = process.next(state, datasets, [
-            client_state_store.get(cid, process.initial_client_state())
-            for cid in sampled
-        ])
-        # A new dict: the last finished round's stays as it was.
-        client_state_store = {**client_state_store, **{
-            cid: s for cid, s in zip(sampled, new_client_states)
-            if cid in population}}
-      else:
-        output = process.next(state, datasets)
+      output = schedule.train(clients, state, round_num)
       state = output.state
-      if round_num == start_round + 1:
+      if round_num == start.round_num + 1:
         # The local worker is up now: it must not outlive this process.
         runtime.watch_workers()
-      row = {'round': round_num}
-      row.update(flatten_metrics(output.metrics))
-      if row.get('update_non_finite'):
-        _blank_rejected_training_metrics(row)
-      if evaluate_fn is not None and (round_num % eval_every == 0 or
-                                      round_num == rounds):
-        weights = process.get_model_weights(state)
-        metrics = (evaluate_fn(weights, round_num=round_num)
-                   if eval_takes_round else evaluate_fn(weights))
-        for name, value in metrics.items():
-          if isinstance(value, float):
-            row[f'eval_{name}'] = value
+      row = schedule.row(process, output, round_num)
       row['round_seconds'] = time.perf_counter() - round_start
       if stop_at is not None:
         _check_has_metric(row, stop_at)
         if stop_at.reached_at([row]) is not None:
           stopped = round_num
       rows.append(row)
-      if metrics_log is not None:
-        metrics_log.append(row)
-      finished = (round_num, state, client_state_store)
+      if start.metrics_log is not None:
+        start.metrics_log.append(row)
+      finished = (round_num, state, clients.states)
       elapsed = time.perf_counter() - started
       if first_round_seconds is None:
         first_round_seconds = elapsed
       log(_format_row(row, rounds, progress(
-          elapsed, round_num - start_round, last_round - round_num,
+          elapsed, round_num - start.round_num, last_round - round_num,
           first_round_seconds)))
       if manager is not None and (round_num % checkpoint_every == 0 or
                                   round_num == rounds or stopped is not None):
-        _run_sync(manager.save(
-            checkpoint_structure(state, client_state_store), round_num))
+        _run_sync(manager.save(clients.checkpoint(state), round_num))
         saved_round = round_num
       if stopped is not None:
         log(f'Stopping after round {round_num} of {rounds}: '
@@ -707,19 +776,19 @@ def run_training(
     # Ctrl-C or SIGTERM (`binaries.Terminated`): the round in progress is
     # abandoned; the last logged one is checkpointed, so that nothing
     # finished is computed again.
-    round_num, finished_state, finished_store = finished
+    round_num, finished_state, finished_states = finished
     if manager is not None and round_num > saved_round:
       saved_round = _save_unless_saved(
-          manager, checkpoint_structure(finished_state, finished_store),
+          manager, clients.checkpoint(finished_state, finished_states),
           round_num, saved_round)
     e.checkpointed_round = saved_round if manager is not None else None
     raise
   seconds = time.perf_counter() - started
-  done = int(rows[-1]['round']) if rows else start_round
+  done = int(rows[-1]['round']) if rows else start.round_num
   log(summarize(rows, rounds=done, seconds=seconds,
-                new_rounds=done - start_round, output_dir=output_dir))
-  return TrainingResult(state, rows, start_round, seconds,
-                        client_state_store if stateful else None)
+                new_rounds=done - start.round_num, output_dir=output_dir))
+  return TrainingResult(state, rows, start.round_num, seconds,
+                        clients.states if clients.stateful else None)
 
 
 def _save_unless_saved(manager, structure, round_num: int,

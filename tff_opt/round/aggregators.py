@@ -254,6 +254,8 @@ def with_non_trainable_mean(
     integer. With a total weight of 0 the mean is 0 (the finalizer then
     keeps the global values).
   """
+  # Over 80 lines with its docstring: the aggregation's computations
+  # share the types read here and are read in one place.
 
   @tff.tensorflow.computation(sent_type)
   def update_part(sent):

@@ -112,6 +112,8 @@ def apply_optimizer_with_extras(
     state, 'extras': ...}`, whose hyper-parameters are the optimizer's and
     whose measurements are `{'update_non_finite'}`.
   """
+  # Over 80 lines with its docstring: the finalizer's two computations
+  # share the types read here and are read in one place.
   base = apply_optimizer(server_optimizer, model_weights_type)
 
   @tff.federated_computation
