@@ -267,15 +267,40 @@ def flag_error_line(error: Exception, argv: Sequence[str], flag_values,
   if not match or match.group(1) not in flag_values:
     return text.removeprefix('flag ')
   name = match.group(1)
-  value = _given_value(argv, name)
+  given, value = _given_by(argv, name, flag_values)
   parser = flag_values[name].parser
   try:
     parser.parse(value)
   except (TypeError, ValueError):
-    return f'--{name}={value}: expected {_expected(parser)}.'
+    return f'{_named(given, value, name)}: expected {_expected(parser)}.'
   # The value parses: a validator of its own refused it (its message).
   reason = text.split('\n')[0][match.end():].split(': ', 1)[-1]
-  return f'--{name}={value}: {reason}'
+  return f'{_named(given, value, name)}: {reason}'
+
+
+def _named(given: str, value: str | None, name: str) -> str:
+  """`--NAME=VALUE`, or `--OLD=VALUE (--NAME)` for an alias of flag NAME."""
+  return (f'--{given}={value}' if given == name else
+          f'--{given}={value} (--{name})')
+
+
+def _given_by(argv: Sequence[str], name: str, flag_values
+              ) -> tuple[str, str | None]:
+  """The spelling of flag `name` that `argv` used, and the text given to it.
+
+  absl reports a value given to an alias (`DEFINE_alias`: `--lam` of
+  `--fedcurv_lam`) under the flag it aliases; the line names what was
+  typed.
+  """
+  value = _given_value(argv, name)
+  if value is not None:
+    return name, value
+  for other in flag_values:
+    if flag_values[other].help == f'Alias for --{name}.':
+      value = _given_value(argv, other)
+      if value is not None:
+        return other, value
+  return name, None
 
 
 def _given_value(argv: Sequence[str], name: str) -> str | None:

@@ -327,7 +327,7 @@ def _resolve(points: Sequence[Point], where: str) -> dict:
     try:
       train.FLAGS(['train', *p.argv])
       hparams = train.resolve_hparams()
-    except flags.Error as e:
+    except (flags.Error, train.UsageError) as e:  # `--mu` and `--fedprox_mu`.
       raise UsageError(f'{where}: point {p.name}: binaries.train rejects '
                        f'its flags: {e}') from e
     finally:

@@ -127,9 +127,13 @@ flags.DEFINE_integer('client_batch_size', None, 'Local batch size. Default: '
 # --- Each algorithm's own flags, as its module declares them -----------------
 # (`SPEC` in tff_opt/algorithms/<algorithm>.py: default, bounds, help; the
 # library builder's defaults are the same objects.)
-for _hparam in registry.algorithm_hparams():
-  hparams_lib.define_flag(_hparam)
-del _hparam
+# Their earlier spellings (`--lam`, `--mu`) stay accepted: `define_flags`,
+# then `_apply_old_spellings` for one spelling that several flags share.
+hparams_lib.define_flags(registry.algorithm_hparams())
+# {old spelling: its declarations} where one old flag fed several algorithms.
+_SHARED_OLD_SPELLINGS = {
+    alias: targets for alias, targets in hparams_lib.old_spelling_targets(
+        registry.algorithm_hparams()).items() if len(targets) > 1}
 
 # --- FedBN (--fedbn), on top of another algorithm -----------------------------
 flags.DEFINE_boolean('fedbn', False, 'FedBN: keep every BatchNormalization '
@@ -334,8 +338,42 @@ def _apply_server_rule(hparams: dict) -> None:
                             else 1.0)
 
 
+def _apply_old_spellings() -> None:
+  """Gives `--mu`'s and `--beta`'s values to the run's algorithm's flag.
+
+  One old flag fed two algorithms (`--mu`: FedProx and FedPTR; `--beta`:
+  FedADC and SlowMo); today each has its own (`--fedprox_mu`,
+  `--fedptr_mu`), and the old spelling sets the one `--algorithm` reads.
+  For another algorithm it is an ignored flag (`ignored_flags`).
+
+  Raises:
+    UsageError: If the old and the new spelling are both given, with
+      different values, or the value is out of the new flag's range (the
+      old flag checks each range it feeds while parsing; this is the
+      last word).
+  """
+  own = set(registry.ALGORITHMS[FLAGS.algorithm].flags)
+  for alias, targets in _SHARED_OLD_SPELLINGS.items():
+    if not FLAGS[alias].present:
+      continue
+    value = FLAGS[alias].value
+    for hparam in (h for h in targets if h.flag in own):
+      target = hparam.flag
+      if FLAGS[target].present and FLAGS[target].value != value:
+        raise UsageError(
+            f'--{alias}={value} and --{target}={FLAGS[target].value}: '
+            f'--{alias} is the old spelling of --{target}; give one value.')
+      try:
+        hparam.check(value)
+      except ValueError as e:
+        raise UsageError(f'--{alias}={value} (--{target}): {e}') from e
+      setattr(FLAGS, target, value)
+      FLAGS[target].present = max(FLAGS[target].present, 1)
+
+
 def resolve_hparams() -> dict:
   """Returns every setting of the run: flags, then the task's defaults."""
+  _apply_old_spellings()
   defaults = tasks.task_defaults(FLAGS.task)
 
   def pick(flag_name, default_name=None):
@@ -444,6 +482,10 @@ def _unread_flags(hparams: dict) -> dict:
   algorithm = hparams['algorithm']
   unread = {name: f'--algorithm={algorithm}'
             for name in registry.flags_not_read_by(algorithm)}
+  own = set(registry.ALGORITHMS[algorithm].flags)
+  for alias, targets in _SHARED_OLD_SPELLINGS.items():
+    if not own.intersection(h.flag for h in targets):
+      unread[alias] = f'--algorithm={algorithm}'
   read = optimizers.SERVER_OPTIMIZER_ARGS.get(hparams.get('server_opt'), ())
   for arg, name in registry.SERVER_OPTIMIZER_FLAGS:
     if arg not in read:
@@ -504,6 +546,8 @@ def prepare_output_dir(hparams: dict) -> bool:
     except (OSError, ValueError) as e:
       raise UsageError(f'--output_dir={output_dir}: cannot read {path} '
                        f'({e}); refusing to touch that directory.') from e
+    # A run recorded before the flags were renamed (`mu`, not `fedprox_mu`).
+    saved = registry.with_current_names(saved)
     differences = [
         f'--{k}={hparams.get(k)!r} (saved run: {saved.get(k)!r})'
         for k in sorted(hparams)

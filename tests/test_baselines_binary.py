@@ -31,18 +31,18 @@ SKEWED = ('--task_option=alpha=0.05',)
 # Each run's data and model options; FedAvg runs once on each.
 SETUP = {'moon': MOON_MODEL, 'fedrs': SKEWED}
 RUNS = {
-    'fedntd': ('--ntd_beta=3.0', '--ntd_temperature=2.0'),
+    'fedntd': ('--fedntd_beta=3.0', '--fedntd_temperature=2.0'),
     'fedrs': (*SKEWED, '--fedrs_alpha=0.0'),
-    'fedgkd': ('--gkd_gamma=5.0', '--gkd_temperature=0.5',
-               '--gkd_buffer_size=2'),
+    'fedgkd': ('--fedgkd_gamma=5.0', '--fedgkd_temperature=0.5',
+               '--fedgkd_buffer_size=2'),
     'moon': (*MOON_MODEL, '--moon_mu=20.0', '--moon_temperature=0.5'),
     'feddc': ('--feddc_alpha=0.1',),
 }
 RECORDED = {
-    'fedntd': {'ntd_beta': 3.0, 'ntd_temperature': 2.0},
+    'fedntd': {'fedntd_beta': 3.0, 'fedntd_temperature': 2.0},
     'fedrs': {'fedrs_alpha': 0.0},
-    'fedgkd': {'gkd_gamma': 5.0, 'gkd_temperature': 0.5,
-               'gkd_buffer_size': 2},
+    'fedgkd': {'fedgkd_gamma': 5.0, 'fedgkd_temperature': 0.5,
+               'fedgkd_buffer_size': 2},
     'moon': {'moon_mu': 20.0, 'moon_temperature': 0.5},
     'feddc': {'feddc_alpha': 0.1},
 }

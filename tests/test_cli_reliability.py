@@ -52,11 +52,22 @@ _POSITIVE = 'expected a positive integer.'
     (['--client_epochs=0'], f'--client_epochs=0: {_POSITIVE}'),
     # An algorithm's hyper-parameter: its declaration's check, the
     # builder's sentence.
+    (['--fedprox_mu=-1'],
+     '--fedprox_mu=-1: mu must be a non-negative number, got -1.0.'),
+    (['--fedfor_alpha=-1'],
+     '--fedfor_alpha=-1: alpha must be a non-negative number, got -1.0.'),
+    (['--slowmo_beta=1'], '--slowmo_beta=1: beta must be in [0, 1), got 1.0.'),
+    (['--fedadc_beta=abc'], '--fedadc_beta=abc: expected a number.'),
+    # Their earlier spellings, refused alike (a one-to-one one names the
+    # flag it sets; --mu and --beta set the run's algorithm's).
     (['--mu=-1'], '--mu=-1: mu must be a non-negative number, got -1.0.'),
-    (['--alpha=-1'],
-     '--alpha=-1: alpha must be a non-negative number, got -1.0.'),
+    (['--alpha=-1'], '--alpha=-1 (--fedfor_alpha): alpha must be a '
+     'non-negative number, got -1.0.'),
+    (['--ntd_beta', '-1'], '--ntd_beta=-1 (--fedntd_beta): beta must be a '
+     'non-negative number, got -1.0.'),
     (['--beta=1'], '--beta=1: beta must be in [0, 1), got 1.0.'),
     (['--beta=abc'], '--beta=abc: expected a number.'),
+    (['--lam=abc'], '--lam=abc (--fedcurv_lam): expected a number.'),
     (['--seed=-1'],
      '--seed=-1: expected an integer in the range [0, 4294967295].'),
     (['--task=nope'], '--task=nope: expected one of {tasks}.'),
@@ -108,9 +119,13 @@ def test_bad_flag_exits_2_in_one_line_and_creates_nothing(tmp_path):
 @pytest.mark.parametrize('argv, ignored, note', [
     (['--algorithm=fedopt', '--mu=0.5'], {'mu': 0.5},
      '--mu does not apply to --algorithm=fedopt'),
-    (['--algorithm=fedprox', '--mu=0.5', '--alpha=3', '--beta=0.5'],
-     {'alpha': 3.0, 'beta': 0.5},
-     '--alpha, --beta do not apply to --algorithm=fedprox'),
+    (['--algorithm=fedprox', '--mu=0.5', '--fedfor_alpha=3', '--beta=0.5'],
+     {'fedfor_alpha': 3.0, 'beta': 0.5},
+     '--fedfor_alpha, --beta do not apply to --algorithm=fedprox'),
+    # A one-to-one earlier spelling is recorded under today's name.
+    (['--algorithm=fedprox', '--fedprox_mu=0.5', '--alpha=3'],
+     {'fedfor_alpha': 3.0},
+     '--fedfor_alpha does not apply to --algorithm=fedprox'),
     (['--algorithm=slowmo', '--server_lr=0.3', '--beta=0.5'],
      {'server_lr': 0.3}, '--server_lr does not apply to --algorithm=slowmo'),
     (['--algorithm=fedprox', '--mu=0.5'], None, None),

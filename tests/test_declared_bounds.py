@@ -32,7 +32,8 @@ hparam_tables = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hparam_tables)
 
 # Valid values of the flags an algorithm needs (they have no default).
-_NEEDED_VALUES = {'lam': 1.0, 'mu': 0.1, 'moon_mu': 1.0}
+_NEEDED_VALUES = {'fedcurv_lam': 1.0, 'fedprox_mu': 0.1, 'fedptr_mu': 0.1,
+                  'moon_mu': 1.0}
 
 
 def _values(hparam):

@@ -246,13 +246,15 @@ def _direct(algorithm, model_fn, lr):
 
 
 @pytest.mark.parametrize('algorithm, extra, recorded', [
+    # Recorded under today's names, whichever spelling was given.
     ('fedadc', ['--fedadc_variant=nesterov', '--beta=0.8', '--beta_local=0.5'],
-     dict(beta=0.8, beta_local=0.5, fedadc_variant='nesterov',
-          local_momentum=0.0)),
-    ('fedadc_plus', ['--local_momentum=0.5', '--distill_temperature=2'],
-     dict(beta=0.9, beta_local=None, local_momentum=0.5, distill_lambda=0.35,
-          distill_temperature=2.0)),
-    ('slowmo', [], dict(beta=0.9)),
+     dict(fedadc_beta=0.8, fedadc_beta_local=0.5, fedadc_variant='nesterov',
+          fedadc_local_momentum=0.0)),
+    ('fedadc_plus', ['--fedadc_local_momentum=0.5',
+                     '--fedadc_distill_temperature=2'],
+     dict(fedadc_beta=0.9, fedadc_beta_local=None, fedadc_local_momentum=0.5,
+          fedadc_distill_lambda=0.35, fedadc_distill_temperature=2.0)),
+    ('slowmo', [], dict(slowmo_beta=0.9)),
 ])
 def test_binary_trains_two_rounds(algorithm, extra, recorded, tmp_path,
                                   monkeypatch):

@@ -309,8 +309,8 @@ def test_binary_runs_fedptr_s_on_digits_with_diagnostics(tmp_path):
     assert abs(float(row['eval_loss']) - float(fedavg_row['eval_loss'])) > (
         1e-6 * float(fedavg_row['eval_loss']))
   assert hparams['algorithm'] == 'fedptr_s'
-  assert (hparams['mu'], hparams['mtt_outer_steps'],
-          hparams['layer_adaptive']) == (0.01, 2, False)  # The default.
+  assert (hparams['fedptr_mu'], hparams['fedptr_mtt_outer_steps'],
+          hparams['fedptr_layer_adaptive']) == (0.01, 2, False)  # Default.
 
 
 def test_diverging_mtt_is_rejected_and_keeps_the_synthetic_set():

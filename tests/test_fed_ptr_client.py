@@ -508,7 +508,8 @@ def test_binary_runs_fedptr_on_digits_with_mtt_convnet(tmp_path):
     rows = list(csv.DictReader(f))
   with open(f'{output_dir}/hparams.json') as f:
     hparams = json.load(f)
-  assert (hparams['update_every'], hparams['mtt_momentum']) == (2, 0.25)
+  assert (hparams['fedptr_update_every'],
+          hparams['fedptr_mtt_momentum']) == (2, 0.25)
   assert [r['round'] for r in rows] == ['1', '2']
   for column in ('mtt_loss', 'synthetic_lr', 'mtt_seconds', 'mtt_ran',
                  'mtt_reused', 'client_global_cosine'):

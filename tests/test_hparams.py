@@ -19,6 +19,7 @@ from tff_opt.algorithms import fed_dyn
 from tff_opt.algorithms import fed_for
 from tff_opt.algorithms import fed_gkd
 from tff_opt.algorithms import fed_ntd
+from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import fed_ptr
 from tff_opt.algorithms import fed_rs
 from tff_opt.algorithms import hparams
@@ -61,7 +62,8 @@ WITH_A_LIBRARY_DEFAULT = [
     (fed_gkd.GKD_TEMPERATURE, algorithms.build_fed_gkd, 'temperature'),
     (fed_gkd.GKD_BUFFER_SIZE, algorithms.build_fed_gkd, 'buffer_size'),
     (moon.MOON_TEMPERATURE, algorithms.build_moon, 'temperature'),
-    *[(h, algorithms.build_fed_ptr, h.flag) for h in fed_ptr.SPEC.hparams
+    *[(h, algorithms.build_fed_ptr, h.argument_name)
+      for h in fed_ptr.SPEC.hparams
       if h is not fed_ptr.MU],
 ]
 
@@ -111,29 +113,35 @@ def test_binary_flag_is_the_declaration(hparam):
 
 
 def test_registry_flags_come_from_the_specs():
-  assert registry.ALGORITHMS['fedcurv'].flags == ('lam', 'fedcurv_exact')
-  assert registry.ALGORITHMS['fedcurv'].needed == ('lam',)
+  assert registry.ALGORITHMS['fedcurv'].flags == ('fedcurv_lam',
+                                                  'fedcurv_exact')
+  assert registry.ALGORITHMS['fedcurv'].needed == ('fedcurv_lam',)
   assert registry.ALGORITHMS['fedcurv'].task_facts == ('num_clients',
                                                        'client_epochs')
   assert registry.ALGORITHMS['fedadc_plus'].flags[-2:] == (
-      'distill_lambda', 'distill_temperature')
+      'fedadc_distill_lambda', 'fedadc_distill_temperature')
   assert registry.ALGORITHMS['slowmo'].server_rule == 'own'
-  # --beta and --mu are one declaration each, shared.
-  assert (registry.ALGORITHMS['slowmo'].spec.hparams[0] is
-          registry.ALGORITHMS['fedadc'].spec.hparams[0] is
-          hparams.GLOBAL_MOMENTUM)
-  assert fed_ptr.MU is hparams.PROXIMAL_MU
+  # Each algorithm has its own momentum and proximal flag; the two sides
+  # of FedADC and of FedPTR share theirs.
+  assert registry.ALGORITHMS['slowmo'].spec.hparams[0] is hparams.SLOWMO_BETA
+  assert (registry.ALGORITHMS['fedadc'].spec.hparams[0] is
+          registry.ALGORITHMS['fedadc_plus'].spec.hparams[0] is
+          hparams.FEDADC_BETA)
+  assert fed_prox.MU is hparams.FEDPROX_MU
+  assert (registry.ALGORITHMS['fedptr'].spec.hparams[0] is
+          registry.ALGORITHMS['fedptr_s'].spec.hparams[0] is
+          fed_ptr.MU is hparams.FEDPTR_MU)
   flags_of = [h.flag for h in registry.algorithm_hparams()]
   assert len(flags_of) == len(set(flags_of))
 
 
 def test_a_flag_declared_twice_differently_is_refused(monkeypatch):
-  other = hparams.HParam('lam', 1.0, 'Another lambda.')
+  other = hparams.HParam('fedcurv_lam', 1.0, 'Another lambda.')
   monkeypatch.setitem(
       registry.ALGORITHMS, 'other',
       registry.Algorithm('other', hparams.Spec('x', hparams=(other,)),
                          builder=None))
-  with pytest.raises(ValueError, match=r'^--lam is declared twice, '
+  with pytest.raises(ValueError, match=r'^--fedcurv_lam is declared twice, '
                      r'differently \(again by other\)\.$'):
     registry.algorithm_hparams()
 
@@ -146,7 +154,8 @@ def test_a_flag_declared_twice_differently_is_refused(monkeypatch):
     (fed_dyn.ALPHA, 0.0, 'alpha must be positive, got 0.0.'),
     (fed_rs.FEDRS_ALPHA, 1.5, 'alpha must be in [0, 1], got 1.5.'),
     (fed_rs.FEDRS_ALPHA, float('nan'), 'alpha must be in [0, 1], got nan.'),
-    (hparams.GLOBAL_MOMENTUM, 1.0, 'beta must be in [0, 1), got 1.0.'),
+    (hparams.FEDADC_BETA, 1.0, 'beta must be in [0, 1), got 1.0.'),
+    (hparams.SLOWMO_BETA, 1.0, 'beta must be in [0, 1), got 1.0.'),
     (fed_gkd.GKD_BUFFER_SIZE, 2.5,
      'buffer_size must be a positive integer, got 2.5.'),
     (fed_gkd.GKD_BUFFER_SIZE, True,
@@ -176,8 +185,8 @@ def test_check_names_what_it_is_told():
 def test_check_accepts_the_bounds_and_an_optional_none():
   fed_rs.FEDRS_ALPHA.check(0.0)
   fed_rs.FEDRS_ALPHA.check(1.0)
-  hparams.GLOBAL_MOMENTUM.check(0.0)
-  fed_adc.BETA_LOCAL.check(None)  # --beta_local's default: --beta.
+  hparams.FEDADC_BETA.check(0.0)
+  fed_adc.BETA_LOCAL.check(None)  # Its default: --fedadc_beta's value.
   fed_gkd.GKD_BUFFER_SIZE.check(3)
   fed_for.GRAD_AT_ZERO.check(1)
 
@@ -185,7 +194,7 @@ def test_check_accepts_the_bounds_and_an_optional_none():
 @pytest.mark.parametrize('hparam, range_text, requirement', [
     (fed_curv.LAM, '>= 0', 'a non-negative number'),
     (fed_dyn.ALPHA, '> 0', 'positive'),
-    (hparams.GLOBAL_MOMENTUM, '[0, 1)', 'in [0, 1)'),
+    (hparams.SLOWMO_BETA, '[0, 1)', 'in [0, 1)'),
     (fed_rs.FEDRS_ALPHA, '[0, 1]', 'in [0, 1]'),
     (fed_gkd.GKD_BUFFER_SIZE, '>= 1', 'a positive integer'),
     (fed_ptr.UPDATE_EVERY, '>= 0', 'an integer >= 0'),

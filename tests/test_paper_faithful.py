@@ -57,7 +57,8 @@ def test_client_weighting_defaults_to_the_papers(algorithm, weighting):
 
 
 def test_fedadc_plus_temperature_is_cs_kds_4():
-  assert _hparams('--algorithm=fedadc_plus')['distill_temperature'] == 4.0
+  assert _hparams('--algorithm=fedadc_plus')[
+      'fedadc_distill_temperature'] == 4.0
 
 
 def test_fedcurv_exact_and_fedfor_grad_at_zero_are_recorded():

@@ -71,9 +71,9 @@ def test_runs_two_rounds_and_records_hyper_parameters(runs):
     assert [r['round'] for r in rows] == ['1', '2'], name
     assert 0.0 <= float(rows[-1]['eval_accuracy']) <= 1.0, name
     assert hparams['algorithm'] == name
-  assert runs['fedprox'][1]['mu'] == 1.0
-  assert runs['fedfor'][1]['alpha'] == 5.0
-  assert runs['fedcurv'][1]['lam'] == 10.0
+  assert runs['fedprox'][1]['fedprox_mu'] == 1.0
+  assert runs['fedfor'][1]['fedfor_alpha'] == 5.0
+  assert runs['fedcurv'][1]['fedcurv_lam'] == 10.0
 
 
 def test_metrics_reproduce_fedfor_table_1_communication(runs):
@@ -93,10 +93,18 @@ def test_metrics_reproduce_fedfor_table_1_communication(runs):
 
 @pytest.mark.parametrize('argv, message', [
     # The declaration's check, in the builder's words, naming its argument.
+    (['--fedprox_mu=-1'],
+     '--fedprox_mu=-1: mu must be a non-negative number, got -1.0.'),
+    (['--fedfor_alpha=-0.5'],
+     '--fedfor_alpha=-0.5: alpha must be a non-negative number, got -0.5.'),
+    (['--fedcurv_lam=-2'],
+     '--fedcurv_lam=-2: lam must be a non-negative number, got -2.0.'),
+    # Their earlier spellings: a one-to-one one also names its flag.
     (['--mu=-1'], '--mu=-1: mu must be a non-negative number, got -1.0.'),
-    (['--alpha=-0.5'],
-     '--alpha=-0.5: alpha must be a non-negative number, got -0.5.'),
-    (['--lam=-2'], '--lam=-2: lam must be a non-negative number, got -2.0.'),
+    (['--alpha=-0.5'], '--alpha=-0.5 (--fedfor_alpha): alpha must be a '
+     'non-negative number, got -0.5.'),
+    (['--lam=-2'], '--lam=-2 (--fedcurv_lam): lam must be a non-negative '
+     'number, got -2.0.'),
 ])
 def test_negative_penalty_flags_name_the_flag(argv, message):
   train.FLAGS.unparse_flags()
@@ -112,4 +120,4 @@ def test_fedprox_without_mu_is_a_one_line_error(tmp_path, capsys):
   assert _run(*FAST, '--algorithm=fedprox',
               f'--output_dir={tmp_path / "run"}') == 2
   assert capsys.readouterr().err == (
-      "train: error: Algorithm 'fedprox' needs --mu.\n")
+      "train: error: Algorithm 'fedprox' needs --fedprox_mu.\n")

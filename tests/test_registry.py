@@ -146,12 +146,13 @@ def test_feddyn_alpha_is_named_and_nothing_is_built(shared, record):
 
 
 def test_beta_one_is_refused_by_its_declaration_as_by_the_builder(shared):
-  # --beta is declared in [0, 1), the builder's range: beta = 1 is the
-  # flag's error, with the builder's sentence.
+  # --slowmo_beta is declared in [0, 1), the builder's range: beta = 1 is
+  # the flag's error, with the builder's sentence.
   with pytest.raises(registry.FlagError) as error:
     registry.build_process('slowmo', tiny.model_fn, **shared,
-                           client_learning_rate=0.05, beta=1.0)
-  assert str(error.value) == '--beta=1.0: beta must be in [0, 1), got 1.0.'
+                           client_learning_rate=0.05, slowmo_beta=1.0)
+  assert str(error.value) == (
+      '--slowmo_beta=1.0: beta must be in [0, 1), got 1.0.')
 
 
 def test_a_combination_the_builder_refuses_is_a_plain_value_error(shared):
@@ -159,8 +160,9 @@ def test_a_combination_the_builder_refuses_is_a_plain_value_error(shared):
   # Nesterov variant, and that sentence is reported alone.
   with pytest.raises(ValueError) as error:
     registry.build_process('fedadc', tiny.model_fn, **shared,
-                           client_learning_rate=0.05, beta=0.9,
-                           fedadc_variant='nesterov', local_momentum=0.5)
+                           client_learning_rate=0.05, fedadc_beta=0.9,
+                           fedadc_variant='nesterov',
+                           fedadc_local_momentum=0.5)
   assert not isinstance(error.value, registry.FlagError)
   assert str(error.value) == (
       "local_momentum (Algorithm 4, double momentum) takes "
@@ -185,7 +187,7 @@ def test_fedbn_on_a_model_without_batch_norm_names_flag_and_task(
   build = record('fedbn')
   with pytest.raises(registry.FlagError) as error:
     registry.build_process('fedprox', _named_model_fn('linear'), **shared,
-                           fedbn=True, mu=0.1)
+                           fedbn=True, fedprox_mu=0.1)
   assert error.value.about_model
   assert error.value.line(task='tiny') == (
       "--fedbn: task tiny: FedBN needs a model with a BatchNormalization "
@@ -211,8 +213,8 @@ def test_feddyn_alpha_is_alpha_and_num_clients_is_the_population(
 def test_fedfor_grad_at_zero_flag_is_an_int(given, grad_at_zero, shared,
                                             record):
   build = record('fedfor')
-  registry.build_process('fedfor', tiny.model_fn, **shared, alpha=5.0,
-                         fedfor_grad_at_zero=given)
+  registry.build_process('fedfor', tiny.model_fn, **shared,
+                         fedfor_alpha=5.0, fedfor_grad_at_zero=given)
   [(_, kwargs)] = build.calls
   assert kwargs == {'alpha': 5.0, 'grad_at_zero': grad_at_zero, **shared}
 
@@ -222,8 +224,8 @@ def test_fedfor_grad_at_zero_is_refused_as_text(shared, record):
   # refused by the declaration, the flag named.
   build = record('fedfor')
   with pytest.raises(registry.FlagError) as error:
-    registry.build_process('fedfor', tiny.model_fn, **shared, alpha=5.0,
-                           fedfor_grad_at_zero='1')
+    registry.build_process('fedfor', tiny.model_fn, **shared,
+                           fedfor_alpha=5.0, fedfor_grad_at_zero='1')
   assert str(error.value) == ("--fedfor_grad_at_zero=1: grad_at_zero must be "
                               "an integer in [0, 1], got '1'.")
   assert build.calls == []
@@ -236,8 +238,9 @@ def test_fedcurv_exact_flag_is_cross_silo(given, cross_silo, shared, record):
   # The builder resolves 'auto' (tests/test_fed_curv.py); it is given the
   # population for that.
   build = record('fedcurv')
-  registry.build_process('fedcurv', tiny.model_fn, **shared, lam=0.01,
-                         fedcurv_exact=given, num_clients=10)
+  registry.build_process('fedcurv', tiny.model_fn, **shared,
+                         fedcurv_lam=0.01, fedcurv_exact=given,
+                         num_clients=10)
   [(_, kwargs)] = build.calls
   assert kwargs == {'lam': 0.01, 'cross_silo': cross_silo,
                     'client_epochs': 1, 'num_clients': 10, **shared}
@@ -249,14 +252,14 @@ def test_fedcurv_takes_the_tasks_client_epochs(client_epochs, want, shared,
   # binaries.train passes its resolved --client_epochs (the epochs each
   # client dataset holds); FedCurv's Fisher runs over one of them.
   build = record('fedcurv')
-  registry.build_process('fedcurv', tiny.model_fn, **shared, lam=0.01,
-                         fedcurv_exact='off', num_clients=10,
+  registry.build_process('fedcurv', tiny.model_fn, **shared,
+                         fedcurv_lam=0.01, fedcurv_exact='off', num_clients=10,
                          client_epochs=client_epochs)
   [(_, kwargs)] = build.calls
   assert kwargs['client_epochs'] == want
   # An algorithm that does not take it is not given it.
   build = record('fedprox')
-  registry.build_process('fedprox', tiny.model_fn, **shared, mu=0.1,
+  registry.build_process('fedprox', tiny.model_fn, **shared, fedprox_mu=0.1,
                          client_epochs=5)
   [(_, kwargs)] = build.calls
   assert 'client_epochs' not in kwargs
@@ -266,9 +269,9 @@ def test_fedadc_takes_client_sgd_learning_rate_and_no_server_optimizer(
     shared, record):
   build = record('fedadc')
   registry.build_process('fedadc', tiny.model_fn, **shared,
-                         client_learning_rate=0.05, beta=0.8,
-                         beta_local=None, fedadc_variant='nesterov',
-                         local_momentum=0.0)
+                         client_learning_rate=0.05, fedadc_beta=0.8,
+                         fedadc_beta_local=None, fedadc_variant='nesterov',
+                         fedadc_local_momentum=0.0)
   [(_, kwargs)] = build.calls
   assert kwargs.pop('client_learning_rate') == pytest.approx(0.05)
   assert kwargs == {
@@ -281,9 +284,11 @@ def test_fedadc_takes_client_sgd_learning_rate_and_no_server_optimizer(
 def test_fedadc_plus_turns_distillation_on(shared, record):
   build = record('fedadc_plus')
   registry.build_process('fedadc_plus', tiny.model_fn, **shared,
-                         client_learning_rate=0.05, beta=0.9,
-                         fedadc_variant='heavy_ball', local_momentum=0.5,
-                         distill_lambda=0.35, distill_temperature=4.0)
+                         client_learning_rate=0.05, fedadc_beta=0.9,
+                         fedadc_variant='heavy_ball',
+                         fedadc_local_momentum=0.5,
+                         fedadc_distill_lambda=0.35,
+                         fedadc_distill_temperature=4.0)
   [(_, kwargs)] = build.calls
   assert kwargs['distillation'] is True
   assert (kwargs['distill_lambda'], kwargs['distill_temperature'],
@@ -302,23 +307,26 @@ def test_fedadc_refuses_a_client_optimizer_other_than_sgd(record):
     registry.build_process('fedadc', tiny.model_fn, **shared,
                            client_learning_rate=(
                                registry.plain_sgd_learning_rate(flags)),
-                           beta=0.9,
-                           fedadc_variant='heavy_ball', local_momentum=0.0)
+                           fedadc_beta=0.9, fedadc_variant='heavy_ball',
+                           fedadc_local_momentum=0.0)
 
 
 def test_fedptr_side_follows_the_algorithm(shared, record):
   server_side = record('fedptr_s')
   client_side = record('fedptr')
-  flags = dict(mu=0.01, images_per_class=2, mtt_outer_steps=3,
-               mtt_inner_steps=4, projection_steps=5, layer_adaptive=False,
-               update_every=0, mtt_init_lr=0.02, mtt_image_lr=10.0,
-               mtt_lr_lr=1e-3, mtt_momentum=0.0)
+  arguments = dict(mu=0.01, images_per_class=2, mtt_outer_steps=3,
+                   mtt_inner_steps=4, projection_steps=5,
+                   layer_adaptive=False, update_every=0, mtt_init_lr=0.02,
+                   mtt_image_lr=10.0, mtt_lr_lr=1e-3, mtt_momentum=0.0)
+  # Each flag is `--fedptr_<argument>`.
+  flags = {f'fedptr_{k}': v for k, v in arguments.items()}
   registry.build_process('fedptr_s', tiny.model_fn, **shared, **flags)
   registry.build_process('fedptr', tiny.model_fn, **shared, **flags)
   # The server side is the builder's default side.
-  assert [kwargs for _, kwargs in server_side.calls] == [{**flags, **shared}]
+  assert [kwargs for _, kwargs in server_side.calls] == [
+      {**arguments, **shared}]
   assert [kwargs for _, kwargs in client_side.calls] == [
-      {'side': 'client', **flags, **shared}]
+      {'side': 'client', **arguments, **shared}]
 
 
 def test_fedbn_over_feddyn_passes_alpha_and_population(shared, record):
@@ -326,10 +334,10 @@ def test_fedbn_over_feddyn_passes_alpha_and_population(shared, record):
   model_fn = _named_model_fn('with_bn', batch_norm=True)
   registry.build_process('feddyn', model_fn, **shared, fedbn=True,
                          feddyn_alpha=0.1, num_clients=9)
-  registry.build_process('fedcurv', model_fn, **shared, fedbn=True, lam=0.2,
-                         num_clients=9)
-  registry.build_process('fedcurv', model_fn, **shared, fedbn=True, lam=0.2,
-                         num_clients=9, client_epochs=3)
+  registry.build_process('fedcurv', model_fn, **shared, fedbn=True,
+                         fedcurv_lam=0.2, num_clients=9)
+  registry.build_process('fedcurv', model_fn, **shared, fedbn=True,
+                         fedcurv_lam=0.2, num_clients=9, client_epochs=3)
   fedcurv = {'lam': 0.2, 'cross_silo': 'auto', 'num_clients': 9}
   assert build.calls == [
       ((fed_dyn.fed_dyn_recipe, model_fn),
@@ -363,7 +371,8 @@ def test_flag_error_line_without_value_or_task():
 
 
 def test_missing_flag_is_named_by_the_registry(shared):
-  with pytest.raises(ValueError, match=r"^Algorithm 'fedprox' needs --mu\.$"):
+  with pytest.raises(ValueError,
+                     match=r"^Algorithm 'fedprox' needs --fedprox_mu\.$"):
     registry.build_process('fedprox', tiny.model_fn, **shared)
 
 

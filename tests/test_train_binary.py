@@ -327,10 +327,12 @@ def test_ignored_flags_are_noted_recorded_and_resume_older_runs(
               f'--output_dir={output_dir}') == 0
   assert [line for line in capfd.readouterr().err.splitlines()
           if line.startswith('train: note:')] == [
-              'train: note: --lam, --mu do not apply to --algorithm=fedopt; '
-              'ignored (recorded as ignored_flags in hparams.json).']
-  assert saved()['ignored_flags'] == {'lam': 2.0, 'mu': 0.5}
-  assert 'mu' not in saved() and 'lam' not in saved()  # Not settings.
+              'train: note: --fedcurv_lam, --mu do not apply to '
+              '--algorithm=fedopt; ignored (recorded as ignored_flags in '
+              'hparams.json).']
+  # --lam is recorded under its flag's name; --mu feeds two flags.
+  assert saved()['ignored_flags'] == {'fedcurv_lam': 2.0, 'mu': 0.5}
+  assert not {'mu', 'lam', 'fedcurv_lam'} & set(saved())  # Not settings.
   assert saved()['rounds'] == 4
   assert [r['round'] for r in _rows(output_dir)] == ['1', '2', '3', '4']
   assert _run(*FAST, '--rounds=4', f'--output_dir={output_dir}') == 0

@@ -105,9 +105,12 @@ class HParam:
   """One hyper-parameter: its flag, builder argument, default, bounds, help.
 
   Attributes:
-    flag: The `binaries.train` flag, without dashes (`lam`, `feddyn_alpha`).
+    flag: The `binaries.train` flag, without dashes: the name of the
+      algorithm that reads it (its `--algorithm` value; FedADC+ reads
+      FedADC's, FedPTR-S FedPTR's) and the hyper-parameter's
+      (`fedcurv_lam`, `feddyn_alpha`).
     default: The default value, the flag's and the builder's; `None` where
-      the algorithm has none (`needed`) or derives one (`--beta_local`).
+      the algorithm has none (`needed`) or derives one (`--fedadc_beta_local`).
     help: The flag's help text.
     kind: 'float', 'integer', 'boolean' or 'enum'.
     choices: An enum's values.
@@ -119,6 +122,10 @@ class HParam:
     argument: The builder's argument the flag's value is passed as, where
       it is not the flag's name (`--feddyn_alpha` is `alpha`); see
       `argument_name`.
+    aliases: Earlier spellings of the flag, still accepted (`lam` for
+      `fedcurv_lam`), so that command lines and recorded runs that use them
+      keep working. A spelling that two declarations list (`mu`: FedProx's
+      and FedPTR's) goes to the one of the run's `--algorithm`.
   """
   flag: str
   default: Any
@@ -131,6 +138,7 @@ class HParam:
   upper_open: bool = False
   needed: bool = False
   argument: Optional[str] = None
+  aliases: tuple[str, ...] = ()
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -162,7 +170,7 @@ class HParam:
     their arguments, `define_flag`'s validator on the flag's value and the
     registry on the values it is given. `None` passes where the declared
     default is `None` and the value is not `needed` (the builder derives
-    one: `--beta_local`); a symbolic tensor (a value set inside a
+    one: `--fedadc_beta_local`); a symbolic tensor (a value set inside a
     computation) cannot be checked and passes.
 
     Args:
@@ -209,7 +217,7 @@ class HParam:
 
     Args:
       error: What the validator raises for a refused value (absl's
-        `flags.ValidationError`, which absl reports as `flag --beta=1.0:
+        `flags.ValidationError`, which absl reports as `flag --fedadc_beta=1.0:
         beta must be in [0, 1), got 1.0.`).
 
     Returns:

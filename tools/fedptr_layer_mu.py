@@ -8,8 +8,8 @@ FedPTR-S distributor's state after round t, that is w_{t-1} (the model it
 broadcast in round t) and w~_t (the projection it broadcast with it). For
 each layer it prints d_l and the mu_l the package's own `fed_ptr.layer_mu`
 gives for the run's base mu and client learning rate, and whether the cap
-bound it (for a run with a constant mu, `--nolayer_adaptive`, mu_l is that
-mu and d_l is there for comparison).
+bound it (for a run with a constant mu, `--nofedptr_layer_adaptive`, mu_l
+is that mu and d_l is there for comparison).
 
 The checkpoint stores leaves, not their structure
 (`tff_opt.program.checkpoints`); in `tree.flatten` order a FedPTR-S
@@ -139,16 +139,18 @@ def layer_table(run_dir):
       `mtt_convnet`.
   """
   from tff_opt.algorithms import fed_ptr  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import hparams  # pylint: disable=g-import-not-at-top
   with open(os.path.join(run_dir, 'hparams.json'), encoding='utf-8') as f:
-    hp = json.load(f)
+    # Runs recorded before `--fedptr_mu` was named so say `mu`.
+    hp = hparams.with_current_names(json.load(f), fed_ptr.SPEC.hparams)
   if hp.get('algorithm') != 'fedptr_s':
     raise ValueError(f'{run_dir}: algorithm {hp.get("algorithm")!r}, '
                      'expected fedptr_s.')
   rounds = saved_rounds(run_dir)
   if not rounds:
     raise ValueError(f'{run_dir}: no checkpoints/program_state_*/state.npz.')
-  mu, lr = float(hp['mu']), float(hp['client_lr'])
-  adaptive = bool(hp['layer_adaptive'])
+  mu, lr = float(hp['fedptr_mu']), float(hp['client_lr'])
+  adaptive = bool(hp['fedptr_layer_adaptive'])
   cap = 1.0 / lr
   lines = [f'## {os.path.basename(run_dir.rstrip(os.sep))}', '',
            (f'Layer-adaptive, base mu {mu:g}, client lr {lr:g} (mu_l capped '

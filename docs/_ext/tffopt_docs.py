@@ -77,6 +77,9 @@ class FlagReference(SphinxDirective):
     importlib.import_module('binaries.train')
     registry = importlib.import_module('tff_opt.program.registry')
     declared = {h.flag: h for h in registry.algorithm_hparams()}
+    hparams_lib = importlib.import_module('tff_opt.algorithms.hparams')
+    shared = {alias for alias, targets in hparams_lib.old_spelling_targets(
+        registry.algorithm_hparams()).items() if len(targets) > 1}
     out = []
     count = 0
     # The project's own: binaries.train's, and the algorithms' hyper-parameters
@@ -87,6 +90,10 @@ class FlagReference(SphinxDirective):
         continue
       listing = nodes.definition_list()
       for flag in module_flags:
+        if flag.help.startswith('Alias for --'):
+          # absl's `DEFINE_alias`: an earlier spelling, listed on the
+          # entry of the flag it sets (`hparam_tables.old_spellings_text`).
+          continue
         item = nodes.definition_list_item()
         term = nodes.term()
         term += nodes.literal(text=f'--{flag.name}')
@@ -96,6 +103,10 @@ class FlagReference(SphinxDirective):
         item += term
         definition = nodes.definition()
         definition += _paragraph(flag.help or '')
+        old = (hparam_tables.old_spellings_text(declared[flag.name], shared)
+               if flag.name in declared else '')
+        if old:
+          definition += _paragraph(old)
         item += definition
         listing += item
         count += 1

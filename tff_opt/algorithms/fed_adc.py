@@ -81,30 +81,34 @@ from tff_opt.round import momentum as momentum_lib
 VARIANTS = ('heavy_ball', 'nesterov')
 
 
-BETA = hparams.GLOBAL_MOMENTUM
+BETA = hparams.FEDADC_BETA
 BETA_LOCAL = hparams.HParam(
-    'beta_local', None, 'FedADC: share of the global momentum embedded in '
-    'the local steps, in [0, 1). Default: --beta.', lower=0.0, upper=1.0,
-    upper_open=True)
+    'fedadc_beta_local', None, 'FedADC: share of the global momentum '
+    'embedded in the local steps, in [0, 1). Default: --fedadc_beta.',
+    lower=0.0, upper=1.0, upper_open=True, argument='beta_local',
+    aliases=('beta_local',))
 VARIANT = hparams.HParam(
     'fedadc_variant', 'heavy_ball', 'FedADC local step (Algorithm 3): '
     'heavy_ball (blue) or nesterov (red).', kind='enum', choices=VARIANTS,
     argument='variant')
 LOCAL_MOMENTUM = hparams.HParam(
-    'local_momentum', 0.0, 'FedADC double momentum phi (Algorithm 4), in '
-    '[0, 1); 0 = Algorithm 3.', lower=0.0, upper=1.0, upper_open=True)
+    'fedadc_local_momentum', 0.0, 'FedADC double momentum phi (Algorithm '
+    '4), in [0, 1); 0 = Algorithm 3.', lower=0.0, upper=1.0, upper_open=True,
+    argument='local_momentum', aliases=('local_momentum',))
 DISTILL_LAMBDA = hparams.HParam(
-    'distill_lambda', 0.35, 'FedADC+ distillation weight lambda, in [0, 1].',
-    lower=0.0, upper=1.0)
+    'fedadc_distill_lambda', 0.35, 'FedADC+ distillation weight lambda, in '
+    '[0, 1].', lower=0.0, upper=1.0, argument='distill_lambda',
+    aliases=('distill_lambda',))
 DISTILL_TEMPERATURE = hparams.HParam(
-    'distill_temperature', losses.SELF_CONFIDENCE_TEMPERATURE,
+    'fedadc_distill_temperature', losses.SELF_CONFIDENCE_TEMPERATURE,
     'FedADC+ distillation temperature tau, positive (CS-KD\'s default 4, '
-    'which the paper follows).', lower=0.0, lower_open=True)
+    'which the paper follows).', lower=0.0, lower_open=True,
+    argument='distill_temperature', aliases=('distill_temperature',))
 SPEC = hparams.Spec(
     summary=('FedADC (Ozfatura et al. Algorithm 3; Algorithm 4 with '
-             '--local_momentum > 0): global momentum embedded in local SGD '
-             'steps, server momentum rule with alpha = 1 (--server_opt/'
-             '--server_lr unused)'),
+             '--fedadc_local_momentum > 0): global momentum embedded in '
+             'local SGD steps, server momentum rule with alpha = 1 '
+             '(--server_opt/--server_lr unused)'),
     hparams=(BETA, VARIANT, LOCAL_MOMENTUM, BETA_LOCAL),
     # Ozfatura et al. Algorithms 3-4: (1/|S|) sum.
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
@@ -112,7 +116,7 @@ SPEC = hparams.Spec(
 PLUS_SPEC = dataclasses.replace(
     SPEC,
     summary=('FedADC+: FedADC with self-confidence distillation '
-             '(--distill_lambda, --distill_temperature)'),
+             '(--fedadc_distill_lambda, --fedadc_distill_temperature)'),
     hparams=SPEC.hparams + (DISTILL_LAMBDA, DISTILL_TEMPERATURE),
     preset=(('distillation', True),))
 

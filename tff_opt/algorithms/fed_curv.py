@@ -125,8 +125,8 @@ EXACT_CHOICES = ('auto', 'on', 'off')
 
 
 LAM = hparams.HParam(
-    'lam', None, 'FedCurv penalty strength lambda; needed by fedcurv.',
-    lower=0.0, needed=True)
+    'fedcurv_lam', None, 'FedCurv penalty strength lambda; needed by fedcurv.',
+    lower=0.0, needed=True, argument='lam', aliases=('lam',))
 EXACT = hparams.HParam(
     'fedcurv_exact', 'auto', 'FedCurv: on = the paper\'s Eq. 3 (each '
     'client subtracts its own last Fisher terms from u, v; client state), '
@@ -135,8 +135,8 @@ EXACT = hparams.HParam(
     kind='enum', choices=EXACT_CHOICES, argument='cross_silo')
 SPEC = hparams.Spec(
     summary=('FedCurv: Fisher sums u, v broadcast, local penalty lam (w^T '
-             'diag(u) w - 2 w^T v) (--lam), Eq. 3 (the client\'s own term '
-             'subtracted) per --fedcurv_exact, server optimizer from '
+             'diag(u) w - 2 w^T v) (--fedcurv_lam), Eq. 3 (the client\'s '
+             'own term subtracted) per --fedcurv_exact, server optimizer from '
              '--server_opt'),
     hparams=(LAM, EXACT),
     # Shoham et al.: the plain mean of the participants' models.

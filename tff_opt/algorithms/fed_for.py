@@ -38,8 +38,8 @@ from tff_opt.round import penalties
 
 
 ALPHA = hparams.HParam(
-    'alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the paper uses 5).',
-    lower=0.0)
+    'fedfor_alpha', 5.0, 'FedFOR penalty strength alpha (Eq. 7; the paper '
+    'uses 5).', lower=0.0, argument='alpha', aliases=('alpha',))
 GRAD_AT_ZERO = hparams.HParam(
     'fedfor_grad_at_zero', 0, 'FedFOR: derivative of U(x) = max(x, 0) at '
     '0, where every coordinate starts local training: 0 = relu\'s (no push '
@@ -48,8 +48,8 @@ GRAD_AT_ZERO = hparams.HParam(
     argument='grad_at_zero')
 SPEC = hparams.Spec(
     summary=('FedFOR (Eq. 7): two-model broadcast, local penalty '
-             '(alpha/eta) sum U((w_{t-1} - w_t)(w - w_t)) (--alpha; U\'(0) '
-             'from --fedfor_grad_at_zero), server optimizer from '
+             '(alpha/eta) sum U((w_{t-1} - w_t)(w - w_t)) (--fedfor_alpha; '
+             'U\'(0) from --fedfor_grad_at_zero), server optimizer from '
              '--server_opt'),
     hparams=(ALPHA, GRAD_AT_ZERO),
     # Tian et al. Algorithm 1: the plain mean of the clients' models.

@@ -77,21 +77,23 @@ PUSHED_KEY = 'pushed'
 
 
 GKD_GAMMA = hparams.HParam(
-    'gkd_gamma', 0.2, 'FedGKD coefficient gamma of (gamma/2) tau^2 KL, >= 0 '
+    'fedgkd_gamma', 0.2, 'FedGKD coefficient gamma of (gamma/2) tau^2 KL, >= 0 '
     '(0.2: the FedADC paper\'s lambda = 0.1 on tau^2 KL).', lower=0.0,
-    argument='gamma')
+    argument='gamma', aliases=('gkd_gamma',))
 GKD_TEMPERATURE = hparams.HParam(
-    'gkd_temperature', 0.5, 'FedGKD temperature tau, > 0.', lower=0.0,
-    lower_open=True, argument='temperature')  # FedADC IV-A3.
+    'fedgkd_temperature', 0.5, 'FedGKD temperature tau, > 0.', lower=0.0,
+    lower_open=True, argument='temperature',
+    aliases=('gkd_temperature',))  # FedADC IV-A3.
 GKD_BUFFER_SIZE = hparams.HParam(
-    'gkd_buffer_size', 5, 'FedGKD: the teacher is the mean of the last M '
+    'fedgkd_buffer_size', 5, 'FedGKD: the teacher is the mean of the last M '
     'global models; M >= 1.', kind='integer', lower=1,
-    argument='buffer_size')  # The authors' README run, --buffer_length 5.
+    # The authors' README run, --buffer_length 5.
+    argument='buffer_size', aliases=('gkd_buffer_size',))
 SPEC = hparams.Spec(
     summary=('FedGKD (Yao et al.): distillation from the parameter mean of '
-             'the last --gkd_buffer_size global models, CE + (gamma/2) tau^2 '
-             'KL (--gkd_gamma, --gkd_temperature), server optimizer from '
-             '--server_opt'),
+             'the last --fedgkd_buffer_size global models, CE + (gamma/2) '
+             'tau^2 KL (--fedgkd_gamma, --fedgkd_temperature), server '
+             'optimizer from --server_opt'),
     hparams=(GKD_GAMMA, GKD_TEMPERATURE, GKD_BUFFER_SIZE),
     # Its authors' code averages the received models uniformly.
     client_weighting=tff.learning.ClientWeighting.UNIFORM)

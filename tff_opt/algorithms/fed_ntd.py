@@ -37,15 +37,17 @@ from tff_opt.round import losses
 
 
 NTD_BETA = hparams.HParam(
-    'ntd_beta', 0.3, 'FedNTD weight beta of the not-true distillation, >= 0 '
-    '(0: FedAvg).', lower=0.0, argument='beta')  # FedADC paper, Section IV-A4.
+    'fedntd_beta', 0.3, 'FedNTD weight beta of the not-true distillation, >= 0 '
+    '(0: FedAvg).', lower=0.0, argument='beta',
+    aliases=('ntd_beta',))  # FedADC paper, Section IV-A4.
 NTD_TEMPERATURE = hparams.HParam(
-    'ntd_temperature', 1.0, 'FedNTD temperature tau, > 0.', lower=0.0,
-    lower_open=True, argument='temperature')  # Ibid.
+    'fedntd_temperature', 1.0, 'FedNTD temperature tau, > 0.', lower=0.0,
+    lower_open=True, argument='temperature',
+    aliases=('ntd_temperature',))  # Ibid.
 SPEC = hparams.Spec(
     summary=('FedNTD (Lee et al., NeurIPS 2022): local loss CE + beta tau^2 '
              'KL over the not-true classes, the broadcast model the teacher '
-             '(--ntd_beta, --ntd_temperature), server optimizer from '
+             '(--fedntd_beta, --fedntd_temperature), server optimizer from '
              '--server_opt'),
     hparams=(NTD_BETA, NTD_TEMPERATURE),
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.

@@ -26,10 +26,10 @@ from tff_opt.algorithms import recipe
 from tff_opt.round import penalties
 
 
-MU = hparams.PROXIMAL_MU
+MU = hparams.FEDPROX_MU
 SPEC = hparams.Spec(
-    summary=('FedProx: local objective L_k + (mu/2)||w - w_t||^2 (--mu), '
-             'server optimizer from --server_opt'),
+    summary=('FedProx: local objective L_k + (mu/2)||w - w_t||^2 '
+             '(--fedprox_mu), server optimizer from --server_opt'),
     hparams=(MU,),
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 

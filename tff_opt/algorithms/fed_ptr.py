@@ -253,51 +253,62 @@ class ClientProjected(NamedTuple):
 _SIDES = ('server', 'client')
 
 
-MU = hparams.PROXIMAL_MU
+MU = hparams.FEDPTR_MU
 IMAGES_PER_CLASS = hparams.HParam(
-    'images_per_class', 10, 'FedPTR synthetic images per class (the paper: '
-    '10 for 10 classes, 2 for 100).', kind='integer', lower=1)
+    'fedptr_images_per_class', 10, 'FedPTR synthetic images per class (the '
+    'paper: 10 for 10 classes, 2 for 100).', kind='integer', lower=1,
+    argument='images_per_class', aliases=('images_per_class',))
 MTT_OUTER_STEPS = hparams.HParam(
-    'mtt_outer_steps', 20, 'FedPTR trajectory-matching updates of the '
-    'synthetic set per MTT run.', kind='integer', lower=0)
+    'fedptr_mtt_outer_steps', 20, 'FedPTR trajectory-matching updates of the '
+    'synthetic set per MTT run.', kind='integer', lower=0,
+    argument='mtt_outer_steps', aliases=('mtt_outer_steps',))
 MTT_INNER_STEPS = hparams.HParam(
-    'mtt_inner_steps', 10, 'FedPTR unrolled student steps N per matching '
-    'update.', kind='integer', lower=1)
+    'fedptr_mtt_inner_steps', 10, 'FedPTR unrolled student steps N per '
+    'matching update.', kind='integer', lower=1, argument='mtt_inner_steps',
+    aliases=('mtt_inner_steps',))
 PROJECTION_STEPS = hparams.HParam(
-    'projection_steps', 5, 'FedPTR projection steps P on the synthetic set '
-    'from w_t.', kind='integer', lower=0)
+    'fedptr_projection_steps', 5, 'FedPTR projection steps P on the '
+    'synthetic set from w_t.', kind='integer', lower=0,
+    argument='projection_steps', aliases=('projection_steps',))
 LAYER_ADAPTIVE = hparams.HParam(
-    'layer_adaptive', False, 'FedPTR: our reconstruction of the '
+    'fedptr_layer_adaptive', False, 'FedPTR: our reconstruction of the '
     'layer-adaptive mu_l (its formula is lost from our copy of the paper; '
-    'tff_opt/algorithms/fed_ptr.py); off: --mu for every layer, Eq. 2 as '
-    'printed.', kind='boolean')
+    'tff_opt/algorithms/fed_ptr.py); off: --fedptr_mu for every layer, Eq. 2 '
+    'as printed.', kind='boolean', argument='layer_adaptive',
+    aliases=('layer_adaptive',))
 UPDATE_EVERY = hparams.HParam(
-    'update_every', 1, 'FedPTR: run MTT every this many rounds (fedptr_s) or '
-    'every this many of a client\'s participations (fedptr, whose clients '
-    'keep their synthetic sets); 0 runs it once (one-shot).',
-    kind='integer', lower=0)
+    'fedptr_update_every', 1, 'FedPTR: run MTT every this many rounds '
+    '(fedptr_s) or every this many of a client\'s participations (fedptr, '
+    'whose clients keep their synthetic sets); 0 runs it once (one-shot).',
+    kind='integer', lower=0, argument='update_every',
+    aliases=('update_every',))
 MTT_INIT_LR = hparams.HParam(
-    'mtt_init_lr', 0.01, 'FedPTR initial synthetic step size alpha_syn, '
-    'positive.', lower=0.0, lower_open=True)
+    'fedptr_mtt_init_lr', 0.01, 'FedPTR initial synthetic step size '
+    'alpha_syn, positive.', lower=0.0, lower_open=True, argument='mtt_init_lr',
+    aliases=('mtt_init_lr',))
 MTT_IMAGE_LR = hparams.HParam(
-    'mtt_image_lr', 100.0, 'FedPTR SGD step size of the synthetic images.',
-    lower=0.0)
+    'fedptr_mtt_image_lr', 100.0, 'FedPTR SGD step size of the synthetic '
+    'images.', lower=0.0, argument='mtt_image_lr', aliases=('mtt_image_lr',))
 MTT_LR_LR = hparams.HParam(
-    'mtt_lr_lr', 1e-4, 'FedPTR SGD step size of alpha_syn.', lower=0.0)
+    'fedptr_mtt_lr_lr', 1e-4, 'FedPTR SGD step size of alpha_syn.',
+    lower=0.0, argument='mtt_lr_lr', aliases=('mtt_lr_lr',))
 MTT_MOMENTUM = hparams.HParam(
-    'mtt_momentum', 0.5, 'FedPTR momentum of the MTT outer SGD updates '
+    'fedptr_mtt_momentum', 0.5, 'FedPTR momentum of the MTT outer SGD updates '
     '(images and alpha_syn), in [0, 1); MTT\'s default 0.5, 0 for plain '
-    'gradient descent.', lower=0.0, upper=1.0, upper_open=True)
+    'gradient descent.', lower=0.0, upper=1.0, upper_open=True,
+    argument='mtt_momentum', aliases=('mtt_momentum',))
 _HPARAMS = (MU, IMAGES_PER_CLASS, MTT_OUTER_STEPS, MTT_INNER_STEPS,
             PROJECTION_STEPS, LAYER_ADAPTIVE, UPDATE_EVERY, MTT_INIT_LR,
             MTT_IMAGE_LR, MTT_LR_LR, MTT_MOMENTUM)
 SPEC = hparams.Spec(
     summary=('FedPTR-S: server-side trajectory matching, broadcast of the '
              'projected model w~_{t+1}, local penalty sum_l mu_l/2 ||w_l - '
-             'w~_l||^2 (--mu, --images_per_class, --mtt_outer_steps, '
-             '--mtt_inner_steps, --projection_steps, --layer_adaptive, '
-             '--update_every, --mtt_init_lr, --mtt_image_lr, --mtt_lr_lr, '
-             '--mtt_momentum)'),
+             'w~_l||^2 (--fedptr_mu, --fedptr_images_per_class, '
+             '--fedptr_mtt_outer_steps, --fedptr_mtt_inner_steps, '
+             '--fedptr_projection_steps, --fedptr_layer_adaptive, '
+             '--fedptr_update_every, --fedptr_mtt_init_lr, '
+             '--fedptr_mtt_image_lr, --fedptr_mtt_lr_lr, '
+             '--fedptr_mtt_momentum)'),
     hparams=_HPARAMS,
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 CLIENT_SIDE_SPEC = dataclasses.replace(
@@ -306,8 +317,8 @@ CLIENT_SIDE_SPEC = dataclasses.replace(
              'step (w_{t-1}, w_t) on a synthetic set started from its own '
              'images, projects w~_{t+1} and trains with sum_l mu_l/2 ||w_l '
              '- w~_l||^2; each client keeps its synthetic set as client '
-             'state and re-runs MTT every --update_every of its '
-             'participations (same flags as fedptr_s)'),
+             'state and re-runs MTT every --fedptr_update_every of '
+             'its participations (same flags as fedptr_s)'),
     preset=(('side', 'client'),))
 
 

@@ -23,16 +23,20 @@ its registry entry fixes. Everything else reads that declaration:
 - the documentation's flag reference (`docs/_ext/tffopt_docs.py`:
   `HParam.range_text`).
 
-Two hyper-parameters are shared by several algorithms and declared here:
-`--beta` (FedADC's and SlowMo's global momentum) and `--mu` (FedProx's
-proximal strength, FedPTR's base strength). Everything an algorithm's update
-needs beyond its own hyper-parameters (client and server optimizers,
-client learning-rate schedule, client weighting) is a builder argument
-every algorithm shares (`tff_opt.program.registry.shared_arguments`).
+Every flag is named `<algorithm>_<hyper-parameter>` (`--fedcurv_lam`;
+FedADC+ reads FedADC's flags, FedPTR-S FedPTR's). The earlier spellings are
+each declaration's `aliases` and keep working: a one-to-one one as absl's
+alias, `--mu` (FedProx's and FedPTR's) and `--beta` (FedADC's and SlowMo's)
+through `old_spelling_targets`, which sends the value to the flag of the
+run's `--algorithm`. The four declarations those two fed are here.
+Everything an algorithm's update needs beyond its own hyper-parameters
+(client and server optimizers, client learning-rate schedule, client
+weighting) is a builder argument every algorithm shares
+(`tff_opt.program.registry.shared_arguments`).
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import tensorflow_federated as tff
 
@@ -107,7 +111,7 @@ def define_flag(hparam: HParam, flag_values=None) -> None:
   no open bound and say it in other words): the flag's validator is the
   declaration's own check, so the flag refuses exactly what the builder
   refuses, with the builder's sentence (absl reports it as `flag
-  --beta=1.0: beta must be in [0, 1), got 1.0.`). An enum's and a
+  --fedadc_beta=1.0: beta must be in [0, 1), got 1.0.`). An enum's and a
   boolean's values are absl's parser's.
 
   Args:
@@ -132,12 +136,111 @@ def define_flag(hparam: HParam, flag_values=None) -> None:
                              **kwargs)
 
 
+def old_spelling_targets(declared: Sequence[HParam]
+                         ) -> dict[str, tuple[HParam, ...]]:
+  """Each earlier spelling in `declared`, with the declarations it names.
+
+  Args:
+    declared: Every declaration, each once (`registry.algorithm_hparams`).
+
+  Returns:
+    `{old spelling: (declaration, ...)}`: one declaration for a plain
+    rename (`lam`: `--fedcurv_lam`), several where one old flag fed several
+    algorithms (`mu`: `--fedprox_mu`, `--fedptr_mu`).
+
+  Raises:
+    ValueError: If an old spelling is also a declaration's flag.
+  """
+  flags_now = {h.flag for h in declared}
+  targets: dict[str, list[HParam]] = {}
+  for hparam in declared:
+    for alias in hparam.aliases:
+      if alias in flags_now:
+        raise ValueError(f'--{alias} is both a flag and an old spelling of '
+                         f'--{hparam.flag}.')
+      targets.setdefault(alias, []).append(hparam)
+  return {alias: tuple(hs) for alias, hs in targets.items()}
+
+
+def define_flags(declared: Sequence[HParam], flag_values=None) -> None:
+  """Defines every declaration's flag (`define_flag`) and its old spellings.
+
+  A one-to-one old spelling is absl's alias of its flag (`--lam=3` sets
+  `--fedcurv_lam`); one that several declarations list is a flag of its own,
+  unset by default, whose value `binaries.train` gives to the flag of the
+  run's `--algorithm` after parsing. That flag checks its value against
+  every declaration it names while parsing, so `--mu=-1` is refused as
+  before, whichever algorithm the run is.
+
+  Args:
+    declared: Every declaration, each once.
+    flag_values: absl's `FlagValues` (default: absl's global `FLAGS`).
+
+  Raises:
+    ValueError: If an old spelling is also a flag, or one shared by several
+      declarations names flags that are not all floats.
+  """
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  kwargs = {} if flag_values is None else {'flag_values': flag_values}
+  for hparam in declared:
+    define_flag(hparam, flag_values)
+  for alias, targets in old_spelling_targets(declared).items():
+    if len(targets) == 1:
+      flags.DEFINE_alias(alias, targets[0].flag, **kwargs)
+      continue
+    kinds = {h.kind for h in targets}
+    if kinds != {'float'}:
+      raise ValueError(f'--{alias}: an old spelling shared by several flags '
+                       f'must name float flags, got kinds {sorted(kinds)}.')
+    names = ', '.join(f'--{h.flag}' for h in targets)
+    flags.DEFINE_float(alias, None, f'Earlier spelling of {names}: the value '
+                       'goes to the one the run\'s --algorithm reads.',
+                       **kwargs)
+    for hparam in targets:
+      flags.register_validator(
+          alias, hparam.flag_validator(flags.ValidationError), **kwargs)
+
+
+def with_current_names(recorded: Mapping[str, Any],
+                       own: Sequence[HParam]) -> dict[str, Any]:
+  """`recorded` settings with old flag spellings renamed to today's.
+
+  A run recorded before the flags were renamed keeps `{'mu': 0.1}` in its
+  `hparams.json`; resuming it compares today's `{'fedprox_mu': 0.1}`.
+
+  Args:
+    recorded: Settings by flag name, as a run recorded them.
+    own: The declarations of the recorded run's algorithm.
+
+  Returns:
+    A copy of `recorded` in which each declaration's flag holds the value
+    recorded under an old spelling, where today's name is absent.
+  """
+  current = dict(recorded)
+  for hparam in own:
+    if hparam.flag in current:
+      continue
+    for alias in hparam.aliases:
+      if alias in current:
+        current[hparam.flag] = current.pop(alias)
+        break
+  return current
+
+
 # --- Shared by several algorithms ---------------------------------------------
 
-GLOBAL_MOMENTUM = HParam(
-    'beta', 0.9, 'FedADC / SlowMo global momentum beta_global, in [0, 1).',
-    lower=0.0, upper=1.0, upper_open=True)
-PROXIMAL_MU = HParam(
-    'mu', None, 'FedProx proximal strength mu (local objective L_k + mu/2 '
-    '||w - w_t||^2), FedPTR\'s base strength; needed by fedprox, fedptr and '
-    'fedptr_s.', lower=0.0, needed=True)
+FEDADC_BETA = HParam(
+    'fedadc_beta', 0.9, 'FedADC global momentum beta_global, in [0, 1).',
+    lower=0.0, upper=1.0, upper_open=True, argument='beta', aliases=('beta',))
+SLOWMO_BETA = HParam(
+    'slowmo_beta', 0.9, 'SlowMo global momentum beta, in [0, 1).',
+    lower=0.0, upper=1.0, upper_open=True, argument='beta', aliases=('beta',))
+FEDPROX_MU = HParam(
+    'fedprox_mu', None, 'FedProx proximal strength mu (local objective L_k + '
+    'mu/2 ||w - w_t||^2); needed by fedprox.', lower=0.0, needed=True,
+    argument='mu', aliases=('mu',))
+# FedPTR and FedPTR-S are one method, its two sides: one flag.
+FEDPTR_MU = HParam(
+    'fedptr_mu', None, 'FedPTR base proximal strength mu (towards the '
+    'projected model); needed by fedptr and fedptr_s.', lower=0.0,
+    needed=True, argument='mu', aliases=('mu',))

@@ -30,10 +30,10 @@ from tff_opt.algorithms import fed_adc
 from tff_opt.algorithms import hparams
 
 
-BETA = hparams.GLOBAL_MOMENTUM
+BETA = hparams.SLOWMO_BETA
 SPEC = hparams.Spec(
     summary=('SlowMo / FedAvgM (FedADC paper Algorithm 2): local SGD, server '
-             'momentum --beta in units of Delta / eta, alpha = 1 '
+             'momentum --slowmo_beta in units of Delta / eta, alpha = 1 '
              '(--server_opt/--server_lr unused)'),
     hparams=(BETA,),
     # The FedADC paper's Algorithm 2: (1/|S|) sum.

@@ -155,8 +155,8 @@ FEDBN_BASES = tuple(a.name for a in ALGORITHMS.values() if a.fedbn_recipe)
 def algorithm_hparams() -> tuple[hparams_lib.HParam, ...]:
   """Every registered algorithm's hyper-parameters, each flag once.
 
-  A flag two algorithms read (`--beta`, `--mu`) is one declaration
-  (`hparams.GLOBAL_MOMENTUM`, `hparams.PROXIMAL_MU`), shared.
+  A flag two algorithms read (FedADC's and FedADC+'s `--fedadc_beta`,
+  FedPTR's and FedPTR-S's `--fedptr_mu`) is one declaration, shared.
 
   Raises:
     ValueError: If two different declarations name the same flag.
@@ -168,6 +168,24 @@ def algorithm_hparams() -> tuple[hparams_lib.HParam, ...]:
         raise ValueError(f'--{hparam.flag} is declared twice, differently '
                          f'(again by {algorithm.name}).')
   return tuple(seen.values())
+
+
+def with_current_names(recorded: Mapping[str, Any]) -> dict[str, Any]:
+  """A run's recorded settings, its algorithm's old flag spellings renamed.
+
+  Args:
+    recorded: A run's `hparams.json`, by flag name; its `algorithm` says
+      which declarations' old spellings apply (`mu` is `fedprox_mu` for
+      FedProx, `fedptr_mu` for FedPTR).
+
+  Returns:
+    A copy with today's flag names (`hparams_lib.with_current_names`);
+    `recorded` itself where its algorithm is not registered.
+  """
+  algorithm = ALGORITHMS.get(recorded.get('algorithm'))
+  if algorithm is None:
+    return dict(recorded)
+  return hparams_lib.with_current_names(recorded, algorithm.spec.hparams)
 
 
 def flags_not_read_by(name: str) -> tuple[str, ...]:
@@ -247,6 +265,11 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
   layers local to each client) over the recipe its entry names
   (`Algorithm.fedbn_recipe`), with the same arguments.
 
+  A setting given under its flag's earlier spelling (`lam=` for
+  `fedcurv_lam=`, `HParam.aliases`) is read as today's name where that is
+  not given, so that programs written before the flags were renamed build
+  the same process rather than silently take the default.
+
   Raises:
     FlagError: If a declaration refuses a flag's value, or (`about_model`)
       `fedbn` is given for a model without a batch-norm layer.
@@ -258,6 +281,7 @@ def build_process(name: str, model_fn: Callable[[], Any], *,
     raise ValueError(f'Unknown algorithm {name!r}; known algorithms: '
                      f'{", ".join(ALGORITHMS)}.')
   algorithm = ALGORITHMS[name]
+  hparams = hparams_lib.with_current_names(hparams, algorithm.spec.hparams)
   missing = [h for h in algorithm.needed if hparams.get(h) is None]
   if missing:
     raise ValueError(f'Algorithm {name!r} needs ' +
