@@ -21,9 +21,9 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import layers as tff_layers
+from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.round import client_work
 from tff_opt.round import ground
-from tff_opt.round import momentum
 from tff_opt.round import penalties
 
 CLIENT_LR = 0.1
@@ -269,11 +269,12 @@ def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
 def test_client_loop_with_fed_adc_hooks_matches_numpy_nesterov():
   start = tiny.initial_weights()
   m = [np.float32(RNG.standard_normal(a.shape)) for a in start]
-  broadcast = momentum.Broadcast(_model(start),
-                                 [tf.constant(a) for a in m])
-  hooked = _client_delta(momentum.embedded_momentum_hook(0.9), broadcast,
-                         look_ahead=momentum.nesterov_look_ahead_hook(0.9),
-                         count_steps=True)
+  broadcast = fed_adc_momentum.Broadcast(_model(start),
+                                         [tf.constant(a) for a in m])
+  hooked = _client_delta(
+      fed_adc_momentum.embedded_momentum_hook(0.9), broadcast,
+      look_ahead=fed_adc_momentum.nesterov_look_ahead_hook(0.9),
+      count_steps=True)
   # Algorithm 3 (red), H = 4 batches: w <- w - eta (g(w - eta m_bar) + m_bar).
   m_bar = [0.9 * a / 4 for a in m]
   plain = _numpy_delta(start, lambda _: m_bar,

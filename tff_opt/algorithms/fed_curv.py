@@ -56,7 +56,7 @@ Choices written down (and tested):
   claim's setting (E = 5) a round takes 5.7 s thus, 12.7 s with the Fisher
   over all E epochs (FedOpt's 4.0 s; `benchmarks.fedcurv_fisher_epochs`).
 - How the Fisher is computed (the same numbers either way):
-  * Fast path, when `fisher.is_supported(model)`: the model is TFF's
+  * Fast path, when `fed_curv_fisher.is_supported(model)`: the model is TFF's
     `from_keras_model` wrapper itself (its Keras model and its single
     Keras loss are read from the wrapper's private `_keras_model` and
     `_loss_fns`, as FedBN reads `_keras_model`), the Keras model is a
@@ -64,12 +64,12 @@ Choices written down (and tested):
     layers (channels_last, with or without bias, any activation, no
     regularizers) own trainable weights, and every other layer is a known
     parameter-free one (Flatten, pooling, Dropout, Activation, Reshape,
-    ...; `fisher.PARAMETER_FREE_LAYERS`). The dataset is re-batched into
-    `FISHER_BATCH_SIZE` examples; each batch takes one forward and one
+    ...; `fed_curv_fisher.PARAMETER_FREE_LAYERS`). The dataset is re-batched
+    into `FISHER_BATCH_SIZE` examples; each batch takes one forward and one
     backward pass of sum_i l_i to the layers' pre-activation outputs z,
     and the per-layer closed forms of sum_i (grad_i)^2 (Dense:
     (a^2)^T (g^2); Conv2D: per-example patches^T G, squared; see
-    `tff_opt/round/fisher.py`).
+    `tff_opt/algorithms/fed_curv_fisher.py`).
   * Fallback, for every other model (BatchNormalization, embeddings,
     LSTMs, branches, custom layers or losses, regularizers, a
     `VariableModel` not made by `from_keras_model`): one gradient pass per
@@ -92,6 +92,7 @@ import tensorflow_federated as tff
 from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import fed_curv_fisher
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
@@ -99,7 +100,6 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
-from tff_opt.round import fisher
 from tff_opt.round import ground
 from tff_opt.round import penalties
 from tff_opt.round import stacked_training
@@ -149,10 +149,10 @@ def empirical_fisher_diagonal(model, dataset, *,
                               max_examples=None):
   """Mean over the dataset's examples of the squared per-example gradient.
 
-  Fast path (`fisher.is_supported(model)`: a Keras chain of Dense / Conv2D
-  layers wrapped by `tff.learning.models.from_keras_model`): the dataset is
+  Fast path (`fed_curv_fisher.is_supported(model)`: a Keras chain of Dense /
+  Conv2D layers wrapped by `tff.learning.models.from_keras_model`): the dataset is
   re-batched into `batch_size` examples and each batch takes one forward
-  and one backward pass (`fisher.squared_gradient_sums`); the metric
+  and one backward pass (`fed_curv_fisher.squared_gradient_sums`); the metric
   variables are not touched. Any other model: one gradient pass per
   example (batches of one, `model.forward_pass` with `training=False`),
   which updates the model's metric variables (loss, accuracy, example and
@@ -179,7 +179,7 @@ def empirical_fisher_diagonal(model, dataset, *,
   if max_examples is not None:
     dataset = dataset.unbatch().take(tf.cast(max_examples, tf.int64)).batch(
         batch_size)
-  chain = fisher.keras_chain(model)
+  chain = fed_curv_fisher.keras_chain(model)
   if chain is None:
     return _per_example_fisher(model, dataset)
   weights = model.trainable_variables
@@ -188,7 +188,7 @@ def empirical_fisher_diagonal(model, dataset, *,
   # An iterator, not `for batch in dataset`: autograph turns the latter into
   # a `dataset.reduce`, whose body tf.data runs about 1.5x slower here.
   for batch in iter(dataset.unbatch().batch(batch_size)):
-    batch_sums, batch_count = fisher.squared_gradient_sums(
+    batch_sums, batch_count = fed_curv_fisher.squared_gradient_sums(
         chain, model, batch, max_examples=batch_size)
     sums = tuple(s + b for s, b in zip(sums, batch_sums))
     count += batch_count

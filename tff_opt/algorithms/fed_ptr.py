@@ -4,9 +4,10 @@ FedPTR (the paper's Algorithms 1-3) pulls each client toward a *projected*
 next global model w~_{t+1} instead of the current one. Server-side FedPTR-S,
 at the start of round t (with w_{t-1} the model it broadcast last round):
 
-1. Trajectory matching (`tff_opt.round.mtt`, Algorithm 1): starting from the kept
-   synthetic set D_syn and step size alpha_syn, `mtt_outer_steps` gradient
-   steps on ||student_N - w_t||^2 / ||w_{t-1} - w_t||^2, student_N being
+1. Trajectory matching (`tff_opt.algorithms.fed_ptr_mtt`, beside this module,
+   Algorithm 1): starting from the kept synthetic set D_syn and step size
+   alpha_syn, `mtt_outer_steps` gradient steps on
+   ||student_N - w_t||^2 / ||w_{t-1} - w_t||^2, student_N being
    w_{t-1} after N = `mtt_inner_steps` SGD steps on D_syn with step alpha_syn.
 2. Projection: w~_{t+1} = w_t after P = `projection_steps` SGD steps on D_syn
    with step alpha_syn.
@@ -100,7 +101,8 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
 - D_syn starts as N(0, 1) noise (stateless, from `seed`) with
   `images_per_class` images of each class, labels fixed; alpha_syn starts at
   `mtt_init_lr`. Every MTT step uses the whole D_syn as one batch and the
-  mean softmax cross-entropy of the model's logits (`tff_opt.round.mtt`).
+  mean softmax cross-entropy of the model's logits
+  (`tff_opt.algorithms.fed_ptr_mtt`).
 - `update_every = k >= 1` runs MTT in the rounds with a previous model whose
   index (counted from the first such round) is a multiple of k; `0` runs it
   once ("one-shot"). Between MTT runs the last D_syn and alpha_syn are kept
@@ -115,7 +117,8 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   (`projection_non_finite` is 1), so one bad MTT run cannot poison the
   clients' penalty.
 - MTT's outer optimizer: SGD with momentum `mtt_momentum` (PyTorch's form,
-  `tff_opt.round.mtt`) on the images and on alpha_syn, 0.5 by default: MTT's
+  `tff_opt.algorithms.fed_ptr_mtt`) on the images and on alpha_syn, 0.5 by
+  default: MTT's
   `torch.optim.SGD(momentum=0.5)`, and the paper sets "the rest of the MTT
   hyper-parameters [...] as the default value in Cazenavette et al.". The
   velocities start at zero in every MTT run (each run matches a new
@@ -130,7 +133,7 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   twice as long.)
 - w_{t-1} is the model this process broadcast in the round before (after a
   rejected round, w_{t-1} = w_t and the matching loss's denominator is
-  floored, see `tff_opt.round.mtt`).
+  floored, see `tff_opt.algorithms.fed_ptr_mtt`).
 - Client side, D_syn's initialisation: slot i of class c holds the i-th
   example of class c in one pass over the client's dataset (its order, so
   a shuffled dataset gives a random pick; with several local epochs an
@@ -215,6 +218,7 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt import tff_types
+from tff_opt.algorithms import fed_ptr_mtt
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import aggregators
@@ -222,7 +226,6 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import ground
-from tff_opt.round import mtt
 
 PREVIOUS_PROJECTED_KEY = 'previous_projected_weights'
 HAS_PREVIOUS_PROJECTION_KEY = 'has_previous_projection'
@@ -451,20 +454,20 @@ def _model_shapes(model_fn):
     x_spec, _ = ground.features_and_labels(spec)
     weights = [tf.identity(v) for v in model.trainable_variables]
     x = tf.zeros([1] + x_spec.shape[1:].as_list(), x_spec.dtype)
-    logits = mtt.forward_from_model_fn(model_fn)(weights, x)
+    logits = fed_ptr_mtt.forward_from_model_fn(model_fn)(weights, x)
     return (tuple(x_spec.shape[1:].as_list()), x_spec.dtype,
             int(logits.shape[-1]))
 
 
 def _guarded_distill(forward, previous, current, images, labels, lr, *,
                      outer_steps, inner_steps, image_lr, lr_lr, momentum):
-  """`mtt.distill`, rejected when it diverges (see the module docstring).
+  """`fed_ptr_mtt.distill`, rejected when it diverges (module docstring).
 
   Returns:
     `(images, lr, last matching loss (float32), rejected (int32 0/1))`; a
     rejected run returns the images and step size it started from.
   """
-  new_images, new_lr, _, last_loss = mtt.distill(
+  new_images, new_lr, _, last_loss = fed_ptr_mtt.distill(
       forward, previous, current, images, labels, lr,
       outer_steps=outer_steps, inner_steps=inner_steps, image_lr=image_lr,
       lr_lr=lr_lr, momentum=momentum)
@@ -481,7 +484,7 @@ def _guarded_projection(forward, current, images, labels, lr,
   """w~_{t+1} (w_t without a previous model or if non-finite), finite flag."""
   projected = tf.cond(
       has_previous,
-      lambda: mtt.train_steps(forward, current, images, labels, lr,
+      lambda: fed_ptr_mtt.train_steps(forward, current, images, labels, lr,
                               projection_steps),
       lambda: [tf.identity(c) for c in current])
   finite = checks.all_finite(projected)
@@ -552,8 +555,8 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
 
   @tff.tensorflow.computation(state_type, weights_type)
   def server_step(state, weights):
-    forward = mtt.forward_from_model_fn(model_fn)
-    labels = mtt.synthetic_labels(num_classes, images_per_class)
+    forward = fed_ptr_mtt.forward_from_model_fn(model_fn)
+    labels = fed_ptr_mtt.synthetic_labels(num_classes, images_per_class)
     current = list(weights.trainable)
     previous = list(state[ground.PREVIOUS_MODEL_KEY])
     has_previous = state[ground.HAS_PREVIOUS_KEY]
@@ -712,8 +715,8 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
   input_shape, input_dtype, num_classes = _model_shapes(model_fn)
 
   def prepare(client_input, dataset):
-    forward = mtt.forward_from_model_fn(model_fn)
-    labels = mtt.synthetic_labels(num_classes, images_per_class)
+    forward = fed_ptr_mtt.forward_from_model_fn(model_fn)
+    labels = fed_ptr_mtt.synthetic_labels(num_classes, images_per_class)
     broadcast, state = client_input.broadcast, client_input.client_state
     current = list(broadcast.model_weights.trainable)
     previous = list(broadcast.previous_model_weights.trainable)
