@@ -13,7 +13,7 @@ once per variant, with the hooks the algorithms pass:
   none          FedOpt: no penalty.
   proximal      FedProx, mu = 0.01 (`penalties.proximal`).
   fedfor        FedFOR, alpha = 5, with a previous model
-                (`penalties.first_order_positive_hook`: d = w_{t-1} - w_t
+                (`fed_for.first_order_positive_hook`: d = w_{t-1} - w_t
                 and alpha/eta computed once per client).
   fedadc        FedADC heavy ball, beta_local = 0.9 (the embedded-momentum
                 penalty, `fed_adc_momentum.embedded_momentum_hook`: m_bar
@@ -84,8 +84,9 @@ def _every_step(hook):
 
 def _objective(variant):
   """The client work's `LocalObjective` the algorithm of `variant` passes."""
-  from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
   from tff_opt.algorithms import fed_adc_momentum  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import fed_for  # pylint: disable=g-import-not-at-top
+  from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
   from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
   wrap = _every_step if variant.endswith(PER_STEP) else (lambda hook: hook)
   variant = variant.removesuffix(PER_STEP)
@@ -96,7 +97,7 @@ def _objective(variant):
         penalty=functools.partial(penalties.proximal, mu=0.01))
   if variant == 'fedfor':
     return client_work.LocalObjective(
-        penalty=wrap(penalties.first_order_positive_hook(5.0)))
+        penalty=wrap(fed_for.first_order_positive_hook(5.0)))
   return client_work.LocalObjective(
       penalty=wrap(fed_adc_momentum.embedded_momentum_hook(0.9)),
       look_ahead=(wrap(fed_adc_momentum.nesterov_look_ahead_hook(0.9))

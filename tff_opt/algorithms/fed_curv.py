@@ -15,7 +15,7 @@ and broadcasts them with the next model; client s then minimises
 
     L_s(w) + lam (w^T diag(u) w - 2 w^T v)          (gradient 2 lam (u w - v))
 
-(`penalties.elastic_hook`, with u's square root and v / sqrt(u) computed once
+(`elastic_hook`, with u's square root and v / sqrt(u) computed once
 per client; Eq. 3's constant term is not kept). Deltas are averaged
 and applied by the server optimizer as in FedAvg.
 
@@ -101,14 +101,25 @@ from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
-from tff_opt.round import penalties
 from tff_opt.round import stacked_training
+
+# The finalizer-state keys of u and v.
+FISHER_SUM_KEY = 'fisher_sum'
+FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'
+
 
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
-Broadcast = penalties.FisherSums  # (w_t, u, v): the stateless variant's.
+class FisherSums(NamedTuple):
+  """FedCurv's broadcast (`algorithms/fed_curv.py`, stateless variant)."""
+  model_weights: Any
+  fisher_sum: Any  # u = sum_k diag(F_k), shaped like the trainables.
+  fisher_weight_sum: Any  # v = sum_k diag(F_k) * w_k.
+
+
+Broadcast = FisherSums  # (w_t, u, v): the stateless variant's.
 
 
 class ExactBroadcast(NamedTuple):
@@ -142,6 +153,82 @@ SPEC = hparams.Spec(
     # Shoham et al.: the plain mean of the participants' models.
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
     task_facts=('num_clients', 'client_epochs'))
+
+
+def elastic_constants(broadcast, *, learning_rate, lam):
+  """FedCurv's per-client constants: (sqrt(u), v / sqrt(u), lam).
+
+  Where u <= 0 the penalty has no term: a sum of Fisher diagonals is never
+  negative and v = sum F w is 0 where it is 0; u - F_own of the cross-silo
+  variant can round below 0 (with v - (F w)_own rounding near 0), and is
+  clamped at 0 before the square root; v / sqrt(u) is 0 where u is 0.
+
+  Args:
+    broadcast: A `FisherSums` (or any broadcast with its `fisher_sum` u
+      and `fisher_weight_sum` v, each a list shaped like the trainables).
+    learning_rate: Unused.
+    lam: The penalty strength lambda, >= 0.
+
+  Returns:
+    A tuple `(root, target, lam)`: sqrt(u) and v / sqrt(u) as lists in
+    model order, and lam.
+  """
+  del learning_rate
+  root = [tf.sqrt(tf.maximum(u, 0.0)) for u in broadcast.fisher_sum]
+  target = [tf.math.divide_no_nan(v, r)
+            for v, r in zip(broadcast.fisher_weight_sum, root)]
+  return root, target, lam
+
+
+def elastic_step(weights, constants) -> tf.Tensor:
+  """FedCurv's penalty from its constants: lam sum (sqrt(u) w - v/sqrt(u))^2.
+
+  Equal to lam (w^T diag(u) w - 2 w^T v) plus the constant lam sum v^2 / u,
+  so with the same gradient 2 lam (u w - v); written as an `l2_loss` of one
+  product and one difference, autodiff needs a few passes over the weights
+  per step instead of a dozen.
+
+  Args:
+    weights: The trainable variables, in model order.
+    constants: `elastic_constants(...)`.
+
+  Returns:
+    A scalar tensor.
+  """
+  root, target, lam = constants
+  return (2.0 * lam) * tf.add_n([
+      tf.nn.l2_loss(r * w - t) for w, r, t in zip(weights, root, target)])
+
+
+def elastic_hook(lam: float, adjust=None) -> ground.PrecomputedHook:
+  """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (up to a constant):
+
+      lam (w^T diag(u) w - 2 w^T v) + const,   gradient 2 lam (u w - v),
+
+  where u and v are the broadcast's `fisher_sum` and `fisher_weight_sum`
+  (Eq. 3's constant is not kept; `elastic_step` adds lam sum v^2 / u).
+  sqrt(u) and v / sqrt(u) are computed once per client
+  (`elastic_constants`), the sum at every step (`elastic_step`).
+
+  Args:
+    lam: The penalty strength lambda, >= 0.
+    adjust: Optional `broadcast -> broadcast` applied first, once per
+      client (FedCurv's cross-silo variant removes the client's own
+      contribution from u and v with it).
+
+  Returns:
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate)` (a broadcast with `fisher_sum` and `fisher_weight_sum`,
+    each a list shaped like the trainable weights) it returns the penalty's
+    value (of the adjusted broadcast), a scalar tensor.
+  """
+
+  def constants(broadcast, *, learning_rate):
+    if adjust is not None:
+      broadcast = adjust(broadcast)
+    return elastic_constants(broadcast, learning_rate=learning_rate, lam=lam)
+
+  return ground.PrecomputedHook(constants, elastic_step)
 
 
 def empirical_fisher_diagonal(model, dataset, *,
@@ -433,8 +520,8 @@ def fed_curv_recipe(
     # The finalizer's extras hold what is broadcast beside the model, under
     # the broadcast's own field names (and so the checkpoints' keys).
     initial_extras = collections.OrderedDict([
-        (penalties.FISHER_SUM_KEY, zeros),
-        (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
+        (FISHER_SUM_KEY, zeros),
+        (FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
     ])
     if cross_silo:
       initial_extras[ground.ROUND_NUM_KEY] = np.int32(0)
@@ -443,8 +530,8 @@ def fed_curv_recipe(
     def update_extras(extras, aggregate):
       sums = aggregate[aggregators.SUMS_KEY]
       updated = collections.OrderedDict([
-          (penalties.FISHER_SUM_KEY, sums[FISHER_KEY]),
-          (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
+          (FISHER_SUM_KEY, sums[FISHER_KEY]),
+          (FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
       ])
       if cross_silo:
         updated[ground.ROUND_NUM_KEY] = extras[ground.ROUND_NUM_KEY] + 1
@@ -478,7 +565,7 @@ def fed_curv_recipe(
       return recipe_lib.Recipe(
           work_broadcast_type=broadcast_type,
           objective=client_work_lib.LocalObjective(
-              penalty=penalties.elastic_hook(lam)),
+              penalty=elastic_hook(lam)),
           **parts)
 
     initial_client_state = collections.OrderedDict([
@@ -498,7 +585,7 @@ def fed_curv_recipe(
         work_broadcast_type=client_states.client_broadcast_type(
             broadcast_type, tff_types.type_of(initial_client_state)),
         objective=client_work_lib.LocalObjective(
-            penalty=penalties.elastic_hook(lam, adjust=excluding_own)),
+            penalty=elastic_hook(lam, adjust=excluding_own)),
         initial_client_state=initial_client_state,
         client_state_update=client_state_update,
         **parts)
