@@ -77,6 +77,7 @@ from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
+from tff_opt.round import ground
 from tff_opt.round import losses
 
 VARIANTS = ('heavy_ball', 'nesterov')
@@ -119,6 +120,41 @@ PLUS_SPEC = dataclasses.replace(
 
 
 # --- The recipe and the builder -------------------------------------------
+
+
+def build_self_confidence_loss(distill_lambda: float, temperature: float
+                               ) -> losses.LossFnBuilder:
+  """FedADC+'s `loss_fn_builder` (Eq. 7): teacher = broadcast w_t.
+
+  The built `loss_fn(model, batch, output, broadcast, context)` evaluates a
+  teacher copy of the model, holding the broadcast weights, on the batch and
+  returns (1 - lambda) * output.loss + lambda * tau^2 *
+  `losses.self_confidence_kl`, with rho (`losses.confidences`) from
+  `context['client_stats']` (the client's label proportions).
+
+  Args:
+    distill_lambda: lambda in [0, 1].
+    temperature: tau > 0.
+  """
+
+  def builder(model_fn):
+    teacher, teacher_weights = losses.teacher_copy(model_fn)
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model
+      losses.assign_weights(teacher_weights, ground.model_weights_of(broadcast))
+      x, y = ground.features_and_labels(batch)
+      teacher_logits = tf.stop_gradient(
+          teacher.predict_on_batch(x, training=False))
+      kl = losses.self_confidence_kl(
+          output.predictions, teacher_logits, y,
+          losses.confidences(context[ground.CLIENT_STATS_KEY]), temperature)
+      return ((1.0 - distill_lambda) * output.loss +
+              distill_lambda * temperature**2 * kl)
+
+    return loss_fn
+
+  return builder
 
 
 def fed_adc_recipe(
@@ -186,7 +222,7 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
   """FedADC+: `base` with the self-confidence distillation loss.
 
   The base recipe's local objective keeps its penalty and look-ahead; its
-  loss becomes `losses.build_self_confidence_loss(distill_lambda,
+  loss becomes `build_self_confidence_loss(distill_lambda,
   temperature)` (Eq. 7-9), with the client's label proportions
   (`losses.label_proportions`) as its statistics.
   """
@@ -195,7 +231,7 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
     recipe = base(weights_type)
     return dataclasses.replace(recipe, objective=dataclasses.replace(
         recipe.objective,
-        loss_fn_builder=losses.build_self_confidence_loss(
+        loss_fn_builder=build_self_confidence_loss(
             distill_lambda, temperature),
         client_stats_fn=functools.partial(losses.label_proportions,
                                           num_classes=num_classes)))
