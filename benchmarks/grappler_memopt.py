@@ -4,16 +4,17 @@ r"""Does Grappler's memory optimisation make a graph's numbers vary by process?
       MEM=$mem .venv/bin/python -m benchmarks.grappler_memopt; done; done
 
 One outer step of FedPTR-S's trajectory matching
-(`fed_ptr_mtt.matching_gradients`, 2 unrolled steps, 100 synthetic 28x28 images, the claim's `mtt_convnet`:
-width 128, depth 3, GroupNorm) built as a TF1 graph, optimised by Grappler
-as TFF's native compiler does (constant folding and arithmetic, loop and
-function optimisation AGGRESSIVE) with `memory_optimization` set to the
-`MemOptType` number in $MEM (TFF's own AGGRESSIVE is 3, HEURISTICS;
-6 scheduling, 5 recomputation, 4 swapping heuristics alone; 2 MANUAL), and
-run once in a session without Grappler on one thread, as TFF's worker runs
-it. Prints the optimised graph's node count, a digest of its bytes and a
-digest of the result; run it in several processes and compare
-(`runtime.grappler_config`; output in `results/perf/grappler_memopt.log`).
+(`fed_ptr_mtt.matching_gradients`, 2 unrolled steps, 100 synthetic 28x28 images,
+the claim's `mtt_convnet`: width 128, depth 3, GroupNorm) built as a TF1 graph,
+optimised by Grappler as TFF's native compiler does (constant folding and
+arithmetic, loop and function optimisation AGGRESSIVE) with
+`memory_optimization` set to the `MemOptType` number in $MEM (TFF's own
+AGGRESSIVE is 3, HEURISTICS; 6 scheduling, 5 recomputation, 4 swapping
+heuristics alone; 2 MANUAL), and run once in a session without Grappler on one
+thread, as TFF's worker runs it. Prints the optimised graph's node count, a
+digest of its bytes and a digest of the result; run it in several processes and
+compare (`runtime.grappler_config`; output in
+`results/perf/grappler_memopt.log`).
 """
 
 import hashlib

@@ -273,9 +273,10 @@ def test_a_value_the_trainer_drops_is_disposed_of_on_the_worker_at_once(
 # --- The same numbers in every process (`runtime.grappler_config`) ------------
 
 # One trajectory-matching step of FedPTR-S's server
-# (`fed_ptr_mtt.matching_gradients`: second-order gradients through the claim's ConvNet, GroupNorm included, at
-# width 64), compiled by the local context and run on its worker, in a
-# process of its own; it prints a digest of the gradients' bytes.
+# (`fed_ptr_mtt.matching_gradients`: second-order gradients through the claim's
+# ConvNet, GroupNorm included, at width 64), compiled by the local context and
+# run on its worker, in a process of its own; it prints a digest of the
+# gradients' bytes.
 _MTT_STEP_DIGEST = '''
 import hashlib
 import numpy as np

@@ -103,15 +103,14 @@ from tff_opt.round import finalizers
 from tff_opt.round import ground
 from tff_opt.round import stacked_training
 
-# The finalizer-state keys of u and v.
-FISHER_SUM_KEY = 'fisher_sum'
-FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'
-
-
+FISHER_SUM_KEY = 'fisher_sum'  # u, in the finalizer's state.
+FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'  # v, in the finalizer's state.
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
+
+
 class FisherSums(NamedTuple):
   """FedCurv's broadcast (`algorithms/fed_curv.py`, stateless variant)."""
   model_weights: Any
@@ -237,10 +236,10 @@ def empirical_fisher_diagonal(model, dataset, *,
   """Mean over the dataset's examples of the squared per-example gradient.
 
   Fast path (`fed_curv_fisher.is_supported(model)`: a Keras chain of Dense /
-  Conv2D layers wrapped by `tff.learning.models.from_keras_model`): the dataset is
-  re-batched into `batch_size` examples and each batch takes one forward
-  and one backward pass (`fed_curv_fisher.squared_gradient_sums`); the metric
-  variables are not touched. Any other model: one gradient pass per
+  Conv2D layers wrapped by `tff.learning.models.from_keras_model`): the
+  dataset is re-batched into `batch_size` examples and each batch takes one
+  forward and one backward pass (`fed_curv_fisher.squared_gradient_sums`);
+  the metric variables are not touched. Any other model: one gradient pass per
   example (batches of one, `model.forward_pass` with `training=False`),
   which updates the model's metric variables (loss, accuracy, example and
   batch counts) and leaves them so. When this runs as FedCurv's report

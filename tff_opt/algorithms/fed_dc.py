@@ -148,6 +148,7 @@ from tff_opt.round import ground
 DRIFT_KEY = 'drift'
 LOCAL_UPDATE_KEY = 'local_update'
 GLOBAL_UPDATE_KEY = 'global_update'
+
 # H = sum_j h_j over all N clients, kept in the finalizer's extras beside g.
 DRIFT_SUM_KEY = 'drift_sum'
 # The aggregate's plain sum of the round's Delta_i (= -sum_S of the changes

@@ -70,8 +70,6 @@ from tff_opt.round import ground
 
 # The client-state key of g_k.
 LOCAL_GRADIENT_KEY = 'local_gradient'
-
-
 H_KEY = 'h'
 MEAN_STATE_KEY = 'mean'
 

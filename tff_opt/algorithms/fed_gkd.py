@@ -136,7 +136,7 @@ def fed_gkd_loss(logits, teacher_logits, labels, *, gamma, temperature,
   if ce is None:
     ce = losses.cross_entropy(logits, labels)
   return ce + 0.5 * gamma * losses.distillation_kl(teacher_logits, logits,
-                                            temperature)
+                                                   temperature)
 
 
 def build_gkd_loss(gamma: float, temperature: float) -> losses.LossFnBuilder:

@@ -69,7 +69,7 @@ def not_true_distillation(logits, teacher_logits, labels,
                           temperature) -> tf.Tensor:
   """FedNTD's L_NTD: tau^2 * (1/N) sum_n KL(q~^tau(z_g) || q~^tau(z))."""
   return losses.distillation_kl(not_true_logits(teacher_logits, labels),
-                         not_true_logits(logits, labels), temperature)
+                                not_true_logits(logits, labels), temperature)
 
 
 def fed_ntd_loss(logits, teacher_logits, labels, *, beta, temperature,

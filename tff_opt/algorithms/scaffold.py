@@ -56,8 +56,6 @@ from tff_opt.round import ground
 
 # The finalizer-state and client-state key of c and c_i.
 CONTROL_VARIATE_KEY = 'control_variate'
-
-
 CONTROL_DELTA_KEY = 'control_delta'
 
 
