@@ -8,7 +8,8 @@ On the EMNIST-CR CNN of `tasks/emnist.py` (1,206,590 parameters) and
 `--examples` seeded random 28x28x1 examples in batches of 20, it times
 `fed_curv.empirical_fisher_diagonal` in a plain `tf.function`: the
 per-example loop (one gradient pass per example, the fallback) and the
-fast path (`tff_opt/round/fisher.py`) at each of `--batch_sizes`. TF runs with
+fast path (`tff_opt/algorithms/fed_curv_fisher.py`) at each of
+`--batch_sizes`. TF runs with
 one intra-op and one inter-op thread; each figure is the median over
 `--repeats` calls (after one untimed warm-up call) of this process's CPU
 seconds (`time.process_time`), printed with the machine's load average.
@@ -59,7 +60,7 @@ def main(argv=None):
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   from tasks import emnist  # pylint: disable=g-import-not-at-top
   from tff_opt.algorithms import fed_curv  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import fisher  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import fed_curv_fisher  # pylint: disable=g-import-not-at-top
 
   tf.keras.utils.set_random_seed(0)
   model = tff.learning.models.from_keras_model(
@@ -71,7 +72,7 @@ def main(argv=None):
   x = rng.uniform(size=(args.examples, 28, 28, 1)).astype(np.float32)
   y = rng.integers(0, 62, size=args.examples).astype(np.int32)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(20)
-  print(f'fast path supported: {fisher.is_supported(model)}')
+  print(f'fast path supported: {fed_curv_fisher.is_supported(model)}')
 
   variants = [('per-example loop', tf.function(
       lambda: fed_curv._per_example_fisher(model, dataset)))]  # pylint: disable=protected-access

@@ -3,17 +3,18 @@ r"""Does Grappler's memory optimisation make a graph's numbers vary by process?
     for mem in 3 6 5 4 2; do for i in 1 2 3; do \
       MEM=$mem .venv/bin/python -m benchmarks.grappler_memopt; done; done
 
-One outer step of FedPTR-S's trajectory matching (`mtt.matching_gradients`,
-2 unrolled steps, 100 synthetic 28x28 images, the claim's `mtt_convnet`:
-width 128, depth 3, GroupNorm) built as a TF1 graph, optimised by Grappler
-as TFF's native compiler does (constant folding and arithmetic, loop and
-function optimisation AGGRESSIVE) with `memory_optimization` set to the
-`MemOptType` number in $MEM (TFF's own AGGRESSIVE is 3, HEURISTICS;
-6 scheduling, 5 recomputation, 4 swapping heuristics alone; 2 MANUAL), and
-run once in a session without Grappler on one thread, as TFF's worker runs
-it. Prints the optimised graph's node count, a digest of its bytes and a
-digest of the result; run it in several processes and compare
-(`runtime.grappler_config`; output in `results/perf/grappler_memopt.log`).
+One outer step of FedPTR-S's trajectory matching
+(`fed_ptr_mtt.matching_gradients`, 2 unrolled steps, 100 synthetic 28x28 images,
+the claim's `mtt_convnet`: width 128, depth 3, GroupNorm) built as a TF1 graph,
+optimised by Grappler as TFF's native compiler does (constant folding and
+arithmetic, loop and function optimisation AGGRESSIVE) with
+`memory_optimization` set to the `MemOptType` number in $MEM (TFF's own
+AGGRESSIVE is 3, HEURISTICS; 6 scheduling, 5 recomputation, 4 swapping
+heuristics alone; 2 MANUAL), and run once in a session without Grappler on one
+thread, as TFF's worker runs it. Prints the optimised graph's node count, a
+digest of its bytes and a digest of the result; run it in several processes and
+compare (`runtime.grappler_config`; output in
+`results/perf/grappler_memopt.log`).
 """
 
 import hashlib
@@ -29,7 +30,7 @@ from tensorflow.python.grappler import tf_optimizer  # pylint: disable=g-import-
 from tensorflow_federated.python.core.environments.tensorflow_backend import graph_spec  # pylint: disable=g-import-not-at-top
 
 from tasks import models  # pylint: disable=g-import-not-at-top
-from tff_opt.round import mtt  # pylint: disable=g-import-not-at-top
+from tff_opt.algorithms import fed_ptr_mtt  # pylint: disable=g-import-not-at-top
 
 _SHAPE = (28, 28, 1)
 
@@ -56,9 +57,10 @@ def main() -> None:
     target = [w + np.float32(0.01) * rng.standard_normal(w.shape, np.float32)
               for w in start]
     x = tf.compat.v1.placeholder(tf.float32, [100, *_SHAPE], name='x')
-    outputs = tf.nest.flatten(mtt.matching_gradients(
-        mtt.forward_from_model_fn(model_fn), [tf.constant(w) for w in start],
-        [tf.constant(w) for w in target], x, mtt.synthetic_labels(10, 10),
+    outputs = tf.nest.flatten(fed_ptr_mtt.matching_gradients(
+        fed_ptr_mtt.forward_from_model_fn(model_fn),
+        [tf.constant(w) for w in start], [tf.constant(w) for w in target], x,
+        fed_ptr_mtt.synthetic_labels(10, 10),
         tf.constant(0.01), 2))
   names = [t.name for t in outputs]
 

@@ -13,13 +13,13 @@ once per variant, with the hooks the algorithms pass:
   none          FedOpt: no penalty.
   proximal      FedProx, mu = 0.01 (`penalties.proximal`).
   fedfor        FedFOR, alpha = 5, with a previous model
-                (`penalties.first_order_positive_hook`: d = w_{t-1} - w_t
+                (`fed_for.first_order_positive_hook`: d = w_{t-1} - w_t
                 and alpha/eta computed once per client).
   fedadc        FedADC heavy ball, beta_local = 0.9 (the embedded-momentum
-                penalty, `momentum.embedded_momentum_hook`: m_bar once per
-                client).
+                penalty, `fed_adc_momentum.embedded_momentum_hook`: m_bar
+                once per client).
   fedadc_nag    FedADC Nesterov: the same plus the look-ahead shift
-                (`momentum.nesterov_look_ahead_hook`).
+                (`fed_adc_momentum.nesterov_look_ahead_hook`).
   *_per_step    The same hooks wrapped as plain functions, their constants
                 recomputed at every local step (the cost that
                 `ground.PrecomputedHook` saves).
@@ -84,8 +84,9 @@ def _every_step(hook):
 
 def _objective(variant):
   """The client work's `LocalObjective` the algorithm of `variant` passes."""
+  from tff_opt.algorithms import fed_adc_momentum  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import fed_for  # pylint: disable=g-import-not-at-top
   from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
   from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
   wrap = _every_step if variant.endswith(PER_STEP) else (lambda hook: hook)
   variant = variant.removesuffix(PER_STEP)
@@ -96,20 +97,20 @@ def _objective(variant):
         penalty=functools.partial(penalties.proximal, mu=0.01))
   if variant == 'fedfor':
     return client_work.LocalObjective(
-        penalty=wrap(penalties.first_order_positive_hook(5.0)))
+        penalty=wrap(fed_for.first_order_positive_hook(5.0)))
   return client_work.LocalObjective(
-      penalty=wrap(momentum.embedded_momentum_hook(0.9)),
-      look_ahead=(wrap(momentum.nesterov_look_ahead_hook(0.9))
+      penalty=wrap(fed_adc_momentum.embedded_momentum_hook(0.9)),
+      look_ahead=(wrap(fed_adc_momentum.nesterov_look_ahead_hook(0.9))
                   if variant == 'fedadc_nag' else None),
       count_steps=True)
 
 
 def _broadcast(variant, weights, rng):
   """What the variant's distributor would send: w_t, or its broadcast
-  NamedTuple (`ground.TwoModels`, `momentum.Broadcast`)."""
+  NamedTuple (`ground.TwoModels`, `fed_adc_momentum.Broadcast`)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_opt.round import ground  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import momentum  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import fed_adc_momentum  # pylint: disable=g-import-not-at-top
 
   def near(arrays, scale):
     return [tf.constant(a + scale * rng.standard_normal(a.shape)
@@ -126,7 +127,7 @@ def _broadcast(variant, weights, rng):
         trainable=near(weights.trainable, 1e-3),
         non_trainable=[tf.constant(a) for a in weights.non_trainable])
     return ground.TwoModels(model, previous, tf.constant(True))
-  return momentum.Broadcast(
+  return fed_adc_momentum.Broadcast(
       model, near([0 * a for a in weights.trainable], 1e-2))
 
 

@@ -76,8 +76,9 @@ def create_mtt_convnet(input_shape=(32, 32, 3), num_classes: int = 10, *,
   `depth` blocks of conv3x3 `width` 'same' -> instance norm (a
   `GroupNormalization` with one group per channel, affine) -> ReLU ->
   avg-pool 2x2, then flatten -> dense `num_classes` (logits). It has no
-  batch normalisation, so `tff_opt.round.mtt.forward_from_model_fn` can
-  differentiate through it.
+  batch normalisation, so
+  `tff_opt.algorithms.fed_ptr_mtt.forward_from_model_fn` can differentiate
+  through it.
 
   Args:
     input_shape: (height, width, channels) of the images; each spatial size

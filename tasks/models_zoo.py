@@ -65,7 +65,8 @@ Choices the papers leave open, made here:
   -> flatten -> dense 64 relu -> dense `num_classes`: 114,314 parameters for
   28x28x1 and ten classes (~6 MFLOPs per forward pass against
   `fedcurv_cnn`'s ~22). Plain Dense/Conv2D chain, so FedCurv's one-pass
-  Fisher (`tff_opt/round/fisher.py`) and FedPTR's functional forward apply.
+  Fisher (`tff_opt/algorithms/fed_curv_fisher.py`) and FedPTR's functional
+  forward apply.
 * **mnist_2nn** (McMahan et al. 2017, "2NN"): flatten -> dense 200 relu ->
   dense 200 relu -> dense `num_classes`: 199,210 parameters for 28x28x1.
 * **`<cnn>_proj`** (`fedadc_cnn_proj`, `fedcurv_cnn_proj`, `small_cnn_proj`,
@@ -78,7 +79,7 @@ Choices the papers leave open, made here:
   the projected representation. Here the encoder is the model's layers up
   to its last dense layer (kept as they are, dropout included); l2 is the
   layer named 'projection' that MOON's loss reads
-  (`tff_opt.round.contrastive`). The FedADC paper (Sec. IV-A2) adds "a
+  (`tff_opt.algorithms.moon_contrastive`). The FedADC paper (Sec. IV-A2) adds "a
   projection layer of 2 layer MLP with output dimension of 256" to its CNNs
   after removing "last two linear layers" and adding an average pooling;
   it gives no widths and its pooling has no place after dense layers, so

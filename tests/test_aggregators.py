@@ -2,7 +2,8 @@
 
 `mean_delta_sum_rest` (FedCurv's and SCAFFOLD's: weighted mean of the delta,
 plain sums of the other entries, the number of clients that took part) and
-`ClientCosineFactory` (FedPTR's client-vs-aggregate cosine) and
+`fed_ptr.ClientCosineFactory` (FedPTR's client-vs-aggregate cosine, which
+lives with FedPTR in `tff_opt/algorithms/fed_ptr.py`) and
 `with_non_trainable_mean` (the model's non-trainables beside any
 aggregator), each run as an `AggregationProcess` on hand-made client
 values, one of them dropped (weight 0, its update zeroed as the client work
@@ -15,12 +16,13 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tff_opt.algorithms import fed_ptr
 from tff_opt.round import aggregators
 
 
 def test_cosine_aggregator_against_numpy_with_a_dropped_client():
   value_type = tff.types.to_type([np.float32, (np.float32, [2])])
-  process = aggregators.ClientCosineFactory().create(
+  process = fed_ptr.ClientCosineFactory().create(
       value_type, tff.TensorType(np.float32))
   rng = np.random.default_rng(3)
   values = [[np.float32(rng.normal()), rng.normal(size=2).astype(np.float32)]
@@ -39,7 +41,7 @@ def test_cosine_aggregator_against_numpy_with_a_dropped_client():
 
 
 def test_cosine_of_no_client_is_zero():
-  process = aggregators.ClientCosineFactory().create(
+  process = fed_ptr.ClientCosineFactory().create(
       tff.TensorType(np.float32, [2]), tff.TensorType(np.float32))
   output = process.next(process.initialize(),
                         [np.float32([1.0, 2.0]), np.float32([0.0, 0.0])],

@@ -15,9 +15,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt import tff_types
+from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.round import client_states
 from tff_opt.round import ground
-from tff_opt.round import momentum
 
 
 def test_pack_unpack_round_trip():
@@ -73,7 +73,8 @@ def test_client_broadcast_type_pairs_the_broadcast_with_the_client_state():
       tff.learning.models.ModelWeights(
           trainable=[tf.TensorSpec((3,), tf.float32)], non_trainable=[]))
   broadcast_type = tff_types.named_tuple_type(
-      momentum.Broadcast, weights_type, tff.types.to_type([(np.float32, [3])]))
+      fed_adc_momentum.Broadcast, weights_type,
+      tff.types.to_type([(np.float32, [3])]))
   state_type = tff.types.to_type(collections.OrderedDict(
       initialized=np.bool_))
   merged = client_states.client_broadcast_type(broadcast_type, state_type)

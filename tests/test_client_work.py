@@ -21,9 +21,11 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import layers as tff_layers
+from tff_opt.algorithms import fed_adc_momentum
+from tff_opt.algorithms import fed_for
+from tff_opt.algorithms import scaffold
 from tff_opt.round import client_work
 from tff_opt.round import ground
-from tff_opt.round import momentum
 from tff_opt.round import penalties
 
 CLIENT_LR = 0.1
@@ -164,7 +166,7 @@ def test_passes_before_and_after_local_training():
 def test_hook_objects_are_frozen():
   objective = client_work.LocalObjective()
   with pytest.raises(dataclasses.FrozenInstanceError):
-    objective.penalty = penalties.linear_correction
+    objective.penalty = scaffold.linear_correction
   with pytest.raises(dataclasses.FrozenInstanceError):
     client_work.ClientPasses().report_fn = None
 
@@ -180,7 +182,7 @@ def test_hook_objects_are_frozen():
     (lambda: client_work.ClientPasses(report_fn=[]),
      'ClientPasses.report_fn must be callable or None, got list [].'),
     (lambda: client_work.build_local_training(
-        tiny.model_fn, _sgd(), objective=penalties.linear_correction),
+        tiny.model_fn, _sgd(), objective=scaffold.linear_correction),
      'objective must be a client_work.LocalObjective, got function.'),
     (lambda: client_work.build_local_training(
         tiny.model_fn, _sgd(), passes=client_work.LocalObjective()),
@@ -254,7 +256,7 @@ def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
               for a in start]
   broadcast = ground.TwoModels(_model(start), _model(previous),
                                tf.constant(True))
-  hooked = _client_delta(penalties.first_order_positive_hook(0.5), broadcast)
+  hooked = _client_delta(fed_for.first_order_positive_hook(0.5), broadcast)
   # Eq. 7's gradient: (alpha/eta) d_i where d_i (w_i - w_t,i) > 0, else 0.
   d = [p - c for p, c in zip(previous, start)]
   plain = _numpy_delta(start, lambda w: [
@@ -269,11 +271,12 @@ def test_client_loop_with_fed_for_hook_matches_numpy_eq_7():
 def test_client_loop_with_fed_adc_hooks_matches_numpy_nesterov():
   start = tiny.initial_weights()
   m = [np.float32(RNG.standard_normal(a.shape)) for a in start]
-  broadcast = momentum.Broadcast(_model(start),
-                                 [tf.constant(a) for a in m])
-  hooked = _client_delta(momentum.embedded_momentum_hook(0.9), broadcast,
-                         look_ahead=momentum.nesterov_look_ahead_hook(0.9),
-                         count_steps=True)
+  broadcast = fed_adc_momentum.Broadcast(_model(start),
+                                         [tf.constant(a) for a in m])
+  hooked = _client_delta(
+      fed_adc_momentum.embedded_momentum_hook(0.9), broadcast,
+      look_ahead=fed_adc_momentum.nesterov_look_ahead_hook(0.9),
+      count_steps=True)
   # Algorithm 3 (red), H = 4 batches: w <- w - eta (g(w - eta m_bar) + m_bar).
   m_bar = [0.9 * a / 4 for a in m]
   plain = _numpy_delta(start, lambda _: m_bar,

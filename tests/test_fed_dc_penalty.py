@@ -1,4 +1,4 @@
-"""FedDC's penalty (`penalties.local_drift_hook`): value and gradient."""
+"""FedDC's penalty (`fed_dc.local_drift_hook`): value and gradient."""
 
 import collections
 
@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.algorithms import fed_dc
 from tff_opt.round import ground
 from tff_opt.round import penalties
 
@@ -29,13 +30,13 @@ G_SERVER = [np.array([[0.5, -1.0, 1.0], [1.5, 2.5, -2.0]], np.float32),
 
 def _broadcast():
   return ground.ClientInput(
-      broadcast=penalties.GlobalUpdate(
+      broadcast=fed_dc.GlobalUpdate(
           model_weights=tff.learning.models.ModelWeights(
               trainable=[tf.constant(t) for t in W], non_trainable=[]),
           global_update=[tf.constant(t) for t in G_SERVER]),
       client_state=collections.OrderedDict([
-          (penalties.DRIFT_KEY, [tf.constant(t) for t in H]),
-          (penalties.LOCAL_UPDATE_KEY, [tf.constant(t) for t in G_OWN]),
+          (fed_dc.DRIFT_KEY, [tf.constant(t) for t in H]),
+          (fed_dc.LOCAL_UPDATE_KEY, [tf.constant(t) for t in G_OWN]),
       ]))
 
 
@@ -52,7 +53,7 @@ def _numpy(num_steps):
 
 @pytest.mark.parametrize('num_steps', [K, 1, 0])
 def test_value_and_gradient_match_numpy(num_steps):
-  hook = penalties.local_drift_hook(ALPHA)
+  hook = fed_dc.local_drift_hook(ALPHA)
   assert isinstance(hook, ground.PrecomputedHook)
   weights = [tf.Variable(t) for t in THETA]
   with tf.GradientTape() as tape:
@@ -70,7 +71,7 @@ def test_value_and_gradient_match_numpy(num_steps):
 
 
 def test_constants_once_per_client():
-  target, correction, alpha = penalties.local_drift_constants(
+  target, correction, alpha = fed_dc.local_drift_constants(
       _broadcast(), learning_rate=ETA, num_steps=K, alpha=ALPHA)
   assert alpha == ALPHA
   for got, w, h in zip(target, W, H):
@@ -82,10 +83,10 @@ def test_constants_once_per_client():
 def test_zero_drift_and_equal_updates_is_the_proximal_term():
   broadcast = _broadcast()
   state = broadcast.client_state
-  state[penalties.DRIFT_KEY] = [tf.zeros_like(t) for t in H]
-  state[penalties.LOCAL_UPDATE_KEY] = broadcast.broadcast.global_update
+  state[fed_dc.DRIFT_KEY] = [tf.zeros_like(t) for t in H]
+  state[fed_dc.LOCAL_UPDATE_KEY] = broadcast.broadcast.global_update
   weights = [tf.constant(t) for t in THETA]
-  got = penalties.local_drift_hook(ALPHA)(
+  got = fed_dc.local_drift_hook(ALPHA)(
       weights, broadcast, learning_rate=ETA, num_steps=K)
   want = penalties.proximal(weights, broadcast, learning_rate=ETA, mu=ALPHA)
   np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)

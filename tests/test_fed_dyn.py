@@ -6,9 +6,9 @@ import tensorflow_federated as tff
 
 from tests import tiny
 from tff_opt import algorithms
+from tff_opt.algorithms import fed_dyn as fed_dyn_lib
 from tff_opt.program import registry
 from tff_opt.round import client_states
-from tff_opt.round import penalties
 
 ALPHA = 0.3
 CLIENT_LR = 0.1
@@ -80,7 +80,7 @@ def test_matches_numpy_over_rounds_with_changing_clients(fed_dyn):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     assert sorted(store) == sorted(g)
     for k, g_k in g.items():
-      for a, b in zip(store[k][penalties.LOCAL_GRADIENT_KEY], g_k):
+      for a, b in zip(store[k][fed_dyn_lib.LOCAL_GRADIENT_KEY], g_k):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
   # Something happened: h and every g_k moved away from zero.
   assert max(np.abs(t).max() for t in h) > 1e-3

@@ -13,7 +13,6 @@ from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_gkd
 from tff_opt.round import finalizers
 from tff_opt.round import ground
-from tff_opt.round import losses
 
 GAMMA = 0.4
 TAU = 0.5
@@ -196,7 +195,7 @@ def test_history_broadcast_sums_the_filled_slots():
         (fed_gkd.PUSHED_KEY, tf.constant(pushed, tf.int32))])}
 
   got = broadcast_fn(weights, state(2))  # Slots 0 and 1 filled.
-  assert isinstance(got, losses.ModelHistory)
+  assert isinstance(got, fed_gkd.ModelHistory)
   assert got.model_weights is weights
   np.testing.assert_array_equal(got.history_sum[0], [2., 4.])
   np.testing.assert_array_equal(got.history_sum[1], 11.)

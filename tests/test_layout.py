@@ -154,14 +154,14 @@ def _sibling_uses(name):
 
 
 # The (module, sibling) imports of `round/` that were there only for keys or
-# small helpers, all in `round/ground.py`: none may come back.
+# small helpers, all in `round/ground.py`: none may come back. (The modules
+# that moved to `algorithms/` with their algorithm -- contrastive, fisher,
+# momentum -- are no longer round/ siblings.)
 KEY_ONLY_IMPORTS = (
     ('aggregators', 'client_work'), ('client_work', 'optimizers'),
-    ('contrastive', 'client_work'), ('distributors', 'client_work'),
-    ('distributors', 'composers'), ('finalizers', 'aggregators'),
-    ('finalizers', 'client_work'), ('fisher', 'client_work'),
-    ('losses', 'client_work'), ('momentum', 'client_work'),
-    ('momentum', 'finalizers'), ('penalties', 'client_states'),
+    ('distributors', 'client_work'), ('distributors', 'composers'),
+    ('finalizers', 'aggregators'), ('finalizers', 'client_work'),
+    ('losses', 'client_work'), ('penalties', 'client_states'),
     ('penalties', 'client_work'), ('penalties', 'distributors'),
 )
 

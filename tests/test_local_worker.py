@@ -272,18 +272,19 @@ def test_a_value_the_trainer_drops_is_disposed_of_on_the_worker_at_once(
 
 # --- The same numbers in every process (`runtime.grappler_config`) ------------
 
-# One trajectory-matching step of FedPTR-S's server (`mtt.matching_gradients`:
-# second-order gradients through the claim's ConvNet, GroupNorm included, at
-# width 64), compiled by the local context and run on its worker, in a
-# process of its own; it prints a digest of the gradients' bytes.
+# One trajectory-matching step of FedPTR-S's server
+# (`fed_ptr_mtt.matching_gradients`: second-order gradients through the claim's
+# ConvNet, GroupNorm included, at width 64), compiled by the local context and
+# run on its worker, in a process of its own; it prints a digest of the
+# gradients' bytes.
 _MTT_STEP_DIGEST = '''
 import hashlib
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tasks import models
+from tff_opt.algorithms import fed_ptr_mtt
 from tff_opt.program import runtime
-from tff_opt.round import mtt
 runtime.set_local_execution_context(intra_op_threads=1)
 shape = (28, 28, 1)
 spec = (tf.TensorSpec([None, *shape], tf.float32),
@@ -302,9 +303,10 @@ target = [w + np.float32(0.01) * rng.standard_normal(w.shape, np.float32)
 images = rng.standard_normal((50, *shape), np.float32)
 @tff.tensorflow.computation(tff.types.TensorType(np.float32, images.shape))
 def step(x):
-  return mtt.matching_gradients(
-      mtt.forward_from_model_fn(model_fn), [tf.constant(w) for w in start],
-      [tf.constant(w) for w in target], x, mtt.synthetic_labels(10, 5),
+  return fed_ptr_mtt.matching_gradients(
+      fed_ptr_mtt.forward_from_model_fn(model_fn),
+      [tf.constant(w) for w in start], [tf.constant(w) for w in target], x,
+      fed_ptr_mtt.synthetic_labels(10, 5),
       tf.constant(0.01), 2)
 digest = hashlib.sha1()
 for value in tf.nest.flatten(step(images)):

@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tff_opt.algorithms import fed_gkd
+from tff_opt.algorithms import fed_ntd
+from tff_opt.algorithms import fed_rs
 from tff_opt.round import losses
 
 
@@ -66,7 +69,7 @@ def _logit_gradient(fn, z):
 
 def test_not_true_logits_drop_the_true_class_in_order():
   z = np.array([[1., 2., 3.], [4., 5., 6.], [7., 8., 9.]], np.float32)
-  got = losses.not_true_logits(z, np.array([1, 0, 2])).numpy()
+  got = fed_ntd.not_true_logits(z, np.array([1, 0, 2])).numpy()
   np.testing.assert_array_equal(got, [[1., 3.], [5., 6.], [7., 8.]])
 
 
@@ -83,40 +86,40 @@ def test_not_true_distillation_by_hand():
   # KL = 1/2 ln 2 + 1/2 ln(2/3) = 1/2 ln(4/3).
   z = np.array([[9., 0., math.log(3.)]], np.float32)
   z_g = np.array([[-5., 1.5, 1.5]], np.float32)
-  got = float(losses.not_true_distillation(z, z_g, np.array([0]), 1.0))
+  got = float(fed_ntd.not_true_distillation(z, z_g, np.array([0]), 1.0))
   assert got == pytest.approx(0.5 * math.log(4 / 3), rel=1e-6)
   # tau = 2 doubles the student's logits' spread to get the same q~: the
   # value is tau^2 times the KL.
   z2 = np.array([[9., 0., 2 * math.log(3.)]], np.float32)
-  got2 = float(losses.not_true_distillation(z2, z_g, np.array([0]), 2.0))
+  got2 = float(fed_ntd.not_true_distillation(z2, z_g, np.array([0]), 2.0))
   assert got2 == pytest.approx(4 * 0.5 * math.log(4 / 3), rel=1e-6)
 
 
 def test_not_true_distillation_matches_numpy_and_ignores_the_true_class():
   z, z_g, y = _example()
   for tau in (1.0, 2.5):
-    got = float(losses.not_true_distillation(z, z_g, y, tau))
+    got = float(fed_ntd.not_true_distillation(z, z_g, y, tau))
     assert got == pytest.approx(_np_ntd(z, z_g, y, tau), rel=1e-5)
   # Any true-class logit, student's or teacher's: the same value.
   moved = z.copy(), z_g.copy()
   for a in moved:
     a[np.arange(len(y)), y] += 7.0
-  assert float(losses.not_true_distillation(*moved, y, 2.5)) == pytest.approx(
-      float(losses.not_true_distillation(z, z_g, y, 2.5)), rel=1e-5)
+  assert float(fed_ntd.not_true_distillation(*moved, y, 2.5)) == pytest.approx(
+      float(fed_ntd.not_true_distillation(z, z_g, y, 2.5)), rel=1e-5)
 
 
 def test_restricted_logits_and_present_classes():
-  present = losses.present_classes(np.array([0.5, 0.0, 0.5]))
+  present = fed_rs.present_classes(np.array([0.5, 0.0, 0.5]))
   np.testing.assert_array_equal(present.numpy(), [True, False, True])
   z = np.array([[1., 2., 3.], [-4., 6., 0.5]], np.float32)
-  got = losses.restricted_logits(z, present, 0.25).numpy()
+  got = fed_rs.restricted_logits(z, present, 0.25).numpy()
   np.testing.assert_array_equal(got, [[1., 0.5, 3.], [-4., 1.5, 0.5]])
 
 
 def test_gkd_teacher_weights_are_the_mean():
   current = [np.array([1., 2.], np.float32), np.array(3., np.float32)]
   history_sum = [np.array([3., 6.], np.float32), np.array(-1., np.float32)]
-  got = losses.gkd_teacher_weights(
+  got = fed_gkd.gkd_teacher_weights(
       [tf.constant(c) for c in current], history_sum, 2.0)
   np.testing.assert_allclose(got[0].numpy(), [4 / 3, 8 / 3], rtol=1e-6)
   np.testing.assert_allclose(got[1].numpy(), 2 / 3, rtol=1e-6)
@@ -127,15 +130,15 @@ def test_gkd_teacher_weights_are_the_mean():
 
 def test_fed_ntd_loss_matches_numpy():
   z, z_g, y = _example(seed=1)
-  got = float(losses.fed_ntd_loss(z, z_g, y, beta=0.3, temperature=2.0))
+  got = float(fed_ntd.fed_ntd_loss(z, z_g, y, beta=0.3, temperature=2.0))
   want = _np_ce(z, y) + 0.3 * _np_ntd(z, z_g, y, 2.0)
   assert got == pytest.approx(want, rel=1e-5)
   # A given cross-entropy (the model's own loss) replaces CE(z, y).
-  got = float(losses.fed_ntd_loss(z, z_g, y, beta=0.3, temperature=2.0,
+  got = float(fed_ntd.fed_ntd_loss(z, z_g, y, beta=0.3, temperature=2.0,
                                   ce=tf.constant(10.0)))
   assert got == pytest.approx(10.0 + 0.3 * _np_ntd(z, z_g, y, 2.0), rel=1e-5)
   # beta = 0: the cross-entropy alone.
-  assert float(losses.fed_ntd_loss(z, z_g, y, beta=0.0, temperature=2.0)) == (
+  assert float(fed_ntd.fed_ntd_loss(z, z_g, y, beta=0.0, temperature=2.0)) == (
       pytest.approx(_np_ce(z, y), rel=1e-6))
 
 
@@ -143,7 +146,7 @@ def test_fed_ntd_logit_gradient_is_the_closed_form():
   z, z_g, y = _example(seed=2)
   beta, tau, n = 0.3, 2.0, len(y)
   got = _logit_gradient(
-      lambda v: losses.fed_ntd_loss(v, z_g, y, beta=beta, temperature=tau), z)
+      lambda v: fed_ntd.fed_ntd_loss(v, z_g, y, beta=beta, temperature=tau), z)
   onehot = np.eye(z.shape[1])[y]
   want = (_softmax(z) - onehot) / n
   q = _softmax(_np_not_true(z, y) / tau)
@@ -158,7 +161,7 @@ def test_fed_rs_loss_by_hand():
   # Class 1 missing, alpha = 0.5: logits [1, 2, 3] -> [1, 1, 3].
   z = np.array([[1., 2., 3.]], np.float32)
   present = np.array([True, False, True])
-  got = float(losses.fed_rs_loss(z, np.array([0]), present, alpha=0.5))
+  got = float(fed_rs.fed_rs_loss(z, np.array([0]), present, alpha=0.5))
   want = -math.log(math.e / (2 * math.e + math.e**3))
   assert got == pytest.approx(want, rel=1e-6)
 
@@ -166,13 +169,13 @@ def test_fed_rs_loss_by_hand():
 def test_fed_rs_loss_is_cross_entropy_with_every_class_or_alpha_one():
   z, _, y = _example(seed=3)
   every = np.ones(z.shape[1], bool)
-  assert float(losses.fed_rs_loss(z, y, every, alpha=0.3)) == pytest.approx(
+  assert float(fed_rs.fed_rs_loss(z, y, every, alpha=0.3)) == pytest.approx(
       _np_ce(z, y), rel=1e-6)
   some = np.array([True, False, True, False])
-  assert float(losses.fed_rs_loss(z, y, some, alpha=1.0)) == pytest.approx(
+  assert float(fed_rs.fed_rs_loss(z, y, some, alpha=1.0)) == pytest.approx(
       _np_ce(z, y), rel=1e-6)
   # alpha = 0: the missing classes' logits are 0.
-  assert float(losses.fed_rs_loss(z, y, some, alpha=0.0)) == pytest.approx(
+  assert float(fed_rs.fed_rs_loss(z, y, some, alpha=0.0)) == pytest.approx(
       _np_ce(z * some, y), rel=1e-6)
 
 
@@ -181,7 +184,7 @@ def test_fed_rs_logit_gradient_is_the_closed_form():
   present = np.array([True, False, True, False])
   s = np.where(present, 1.0, 0.5)
   got = _logit_gradient(
-      lambda v: losses.fed_rs_loss(v, y, present, alpha=0.5), z)
+      lambda v: fed_rs.fed_rs_loss(v, y, present, alpha=0.5), z)
   want = s * (_softmax(s * z) - np.eye(z.shape[1])[y]) / len(y)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
@@ -191,14 +194,14 @@ def test_fed_gkd_loss_by_hand_and_against_numpy():
   # KL = 1/2 ln(4/3); the term is (gamma / 2) * KL.
   z = np.array([[0., math.log(3.)]], np.float32)
   z_bar = np.zeros((1, 2), np.float32)
-  got = float(losses.fed_gkd_loss(z, z_bar, np.array([1]), gamma=0.2,
+  got = float(fed_gkd.fed_gkd_loss(z, z_bar, np.array([1]), gamma=0.2,
                                   temperature=1.0))
   assert got == pytest.approx(math.log(4 / 3) + 0.1 * 0.5 * math.log(4 / 3),
                               rel=1e-6)
   z, z_bar, y = _example(seed=5)
   tau = 0.5
   kl = float(np.mean(_np_kl(_softmax(z_bar / tau), _softmax(z / tau))))
-  got = float(losses.fed_gkd_loss(z, z_bar, y, gamma=0.2, temperature=tau))
+  got = float(fed_gkd.fed_gkd_loss(z, z_bar, y, gamma=0.2, temperature=tau))
   assert got == pytest.approx(_np_ce(z, y) + 0.1 * tau**2 * kl, rel=1e-5)
 
 
@@ -206,7 +209,7 @@ def test_fed_gkd_logit_gradient_is_the_closed_form():
   z, z_bar, y = _example(seed=6)
   gamma, tau, n = 0.4, 0.5, len(y)
   got = _logit_gradient(
-      lambda v: losses.fed_gkd_loss(v, z_bar, y, gamma=gamma,
+      lambda v: fed_gkd.fed_gkd_loss(v, z_bar, y, gamma=gamma,
                                     temperature=tau), z)
   want = ((_softmax(z) - np.eye(z.shape[1])[y]) / n + gamma / 2 * tau *
           (_softmax(z / tau) - _softmax(z_bar / tau)) / n)
@@ -218,9 +221,9 @@ def test_sequence_outputs_count_every_position():
   z, z_g, y = _example(seed=7, n=6)
   z3, zg3, y2 = z.reshape(2, 3, 4), z_g.reshape(2, 3, 4), y.reshape(2, 3)
   for fn in (
-      lambda a, b, c: losses.fed_ntd_loss(a, b, c, beta=0.3, temperature=2.),
-      lambda a, b, c: losses.fed_gkd_loss(a, b, c, gamma=0.2, temperature=.5),
-      lambda a, b, c: losses.fed_rs_loss(a, c, [True, False, True, True],
+      lambda a, b, c: fed_ntd.fed_ntd_loss(a, b, c, beta=0.3, temperature=2.),
+      lambda a, b, c: fed_gkd.fed_gkd_loss(a, b, c, gamma=0.2, temperature=.5),
+      lambda a, b, c: fed_rs.fed_rs_loss(a, c, [True, False, True, True],
                                          alpha=0.5)):
     assert float(fn(z3, zg3, y2)) == pytest.approx(float(fn(z, z_g, y)),
                                                    rel=1e-6)

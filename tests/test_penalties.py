@@ -1,4 +1,6 @@
-"""The penalties of `tff_opt/round/penalties.py`, value and gradient.
+"""The penalties, value and gradient: `tff_opt/round/penalties.py`'s and
+those that live with their algorithm (`fed_for`, `fed_curv`, `scaffold`,
+`fed_dyn` in `tff_opt/algorithms/`).
 
 Each penalty (FedProx's proximal term, FedFOR's Eq. 7 and its per-client
 constants, FedCurv's elastic term, SCAFFOLD's linear correction, FedDyn's
@@ -14,6 +16,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.algorithms import fed_curv
+from tff_opt.algorithms import fed_dyn
+from tff_opt.algorithms import fed_for
+from tff_opt.algorithms import scaffold
 from tff_opt.round import ground
 from tff_opt.round import penalties
 
@@ -66,14 +72,14 @@ def _fed_for_broadcast(current, previous, has_previous=True):
 
 def test_fed_for_constants_are_the_old_per_step_expressions():
   current, previous = _arrays(), _arrays()
-  anchor, direction, scale = penalties.first_order_positive_constants(
+  anchor, direction, scale = fed_for.first_order_positive_constants(
       _fed_for_broadcast(current, previous), learning_rate=0.4, alpha=2.0)
   for got, c in zip(anchor, current):
     np.testing.assert_array_equal(got, c)
   for got, c, p in zip(direction, current, previous):
     np.testing.assert_array_equal(got, p - c)
   assert float(scale) == pytest.approx(5.0)
-  _, _, scale = penalties.first_order_positive_constants(
+  _, _, scale = fed_for.first_order_positive_constants(
       _fed_for_broadcast(current, previous, False), learning_rate=0.4,
       alpha=2.0)
   assert float(scale) == 0.0
@@ -83,7 +89,7 @@ def test_fed_for_hook_value_and_gradient_match_numpy():
   current, previous, start = _arrays(), _arrays(), _arrays()
   weights = [tf.Variable(a) for a in start]
   broadcast = _fed_for_broadcast(current, previous)
-  hook = penalties.first_order_positive_hook(3.0)
+  hook = fed_for.first_order_positive_hook(3.0)
   with tf.GradientTape() as tape:
     value = hook(weights, broadcast, learning_rate=0.5)
   grads = tape.gradient(value, weights)
@@ -106,14 +112,14 @@ def test_fed_for_penalty_value_and_gradient_closed_form():
       previous_model_weights=tff.learning.models.ModelWeights(previous, []),
       has_previous=tf.constant(True))
   with tf.GradientTape() as tape:
-    value = penalties.first_order_positive_hook(2.0)(weights, broadcast,
+    value = fed_for.first_order_positive_hook(2.0)(weights, broadcast,
                                                      learning_rate=0.5)
   # Only coordinate 0 has d_i (w_i - w_t,i) > 0: 0.5 * 1 * (2 / 0.5) = 2.
   assert float(value) == pytest.approx(2.0)
   np.testing.assert_allclose(tape.gradient(value, weights)[0],
                              [4.0, 0.0, 0.0, 0.0])
   broadcast = broadcast._replace(has_previous=tf.constant(False))
-  assert float(penalties.first_order_positive_hook(2.0)(
+  assert float(fed_for.first_order_positive_hook(2.0)(
       weights, broadcast, learning_rate=0.5)) == 0.0
 
 
@@ -122,7 +128,7 @@ def test_positive_part_is_max_with_the_chosen_derivative_at_zero(
     grad_at_zero):
   x = tf.Variable([-1.5, 0.0, 2.0])
   with tf.GradientTape() as tape:
-    value = penalties.positive_part(x, grad_at_zero)
+    value = fed_for.positive_part(x, grad_at_zero)
   # U(x) = max(x, 0); U' is 0 below 0, 1 above, `grad_at_zero` at 0.
   np.testing.assert_array_equal(value, [0.0, 0.0, 2.0])
   np.testing.assert_array_equal(tape.gradient(value, x),
@@ -133,7 +139,7 @@ def test_positive_part_is_max_with_the_chosen_derivative_at_zero(
 
 
 def _fed_curv_broadcast(u, v):
-  return penalties.FisherSums(
+  return fed_curv.FisherSums(
       model_weights=None,  # Not read by the penalty.
       fisher_sum=[tf.constant(a) for a in u],
       fisher_weight_sum=[tf.constant(b) for b in v])
@@ -149,7 +155,7 @@ def test_fed_curv_hook_gradient_and_value_match_numpy():
   start = _arrays()
   weights = [tf.Variable(a) for a in start]
   adjusted = []
-  hook = penalties.elastic_hook(0.3, adjust=lambda b: adjusted.append(1) or b)
+  hook = fed_curv.elastic_hook(0.3, adjust=lambda b: adjusted.append(1) or b)
   with tf.GradientTape() as tape:
     value = hook(weights, _fed_curv_broadcast(u, v), learning_rate=0.1)
   grads = tape.gradient(value, weights)
@@ -171,12 +177,12 @@ def test_fed_curv_hook_gradient_and_value_match_numpy():
 
 def _scaffold_broadcast(c, c_own, initialized):
   return ground.ClientInput(
-      broadcast=penalties.ControlVariate(
+      broadcast=scaffold.ControlVariate(
           model_weights=None,  # Not read by the penalty.
           control_variate=[tf.constant(a) for a in c]),
       client_state={
           ground.INITIALIZED_KEY: tf.constant(initialized),
-          penalties.CONTROL_VARIATE_KEY: [tf.constant(a) for a in c_own],
+          scaffold.CONTROL_VARIATE_KEY: [tf.constant(a) for a in c_own],
       })
 
 
@@ -184,7 +190,7 @@ def test_linear_correction_value_and_gradient_are_c_minus_c_i():
   c, c_own, start = _arrays(), _arrays(), _arrays()
   weights = [tf.Variable(a) for a in start]
   with tf.GradientTape() as tape:
-    value = penalties.linear_correction(
+    value = scaffold.linear_correction(
         weights, _scaffold_broadcast(c, c_own, True), learning_rate=0.1)
   grads = tape.gradient(value, weights)
   want = sum(np.sum(w * (a - b)) for w, a, b in zip(start, c, c_own))
@@ -199,12 +205,12 @@ def test_linear_correction_of_a_new_client_uses_the_server_c():
   weights = [tf.Variable(a) for a in start]
   broadcast = _scaffold_broadcast(c, c_own, False)
   with tf.GradientTape() as tape:
-    value = penalties.linear_correction(weights, broadcast,
+    value = scaffold.linear_correction(weights, broadcast,
                                         learning_rate=0.1)
   assert float(value) == 0.0
   for g in tape.gradient(value, weights):
     np.testing.assert_array_equal(g, np.zeros_like(g))
-  for got, a in zip(penalties.effective_client_control_variate(broadcast), c):
+  for got, a in zip(scaffold.effective_client_control_variate(broadcast), c):
     np.testing.assert_array_equal(got, a)
 
 
@@ -217,9 +223,9 @@ def test_dynamic_value_and_gradient_match_numpy():
   broadcast = ground.ClientInput(  # FedDyn broadcasts the model alone.
       broadcast=tff.learning.models.ModelWeights(anchor, []),
       client_state={
-          penalties.LOCAL_GRADIENT_KEY: [tf.constant(a) for a in g_k]})
+          fed_dyn.LOCAL_GRADIENT_KEY: [tf.constant(a) for a in g_k]})
   with tf.GradientTape() as tape:
-    value = penalties.dynamic(weights, broadcast, learning_rate=0.1,
+    value = fed_dyn.dynamic(weights, broadcast, learning_rate=0.1,
                               alpha=0.4)
   grads = tape.gradient(value, weights)
   want = sum(np.sum(0.2 * np.square(w - a) - g * w)

@@ -30,10 +30,10 @@ import tensorflow_federated as tff
 
 from tasks import shakespeare_functional
 from tests import test_shakespeare_functional as functional_test
+from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.algorithms import fed_curv
 from tff_opt.round import client_work
 from tff_opt.round import ground
-from tff_opt.round import momentum
 from tff_opt.round import stacked_training
 
 SIZES = (9, 5, 0, 4)
@@ -222,11 +222,12 @@ def _entangled_objective():
   return client_work.LocalObjective(
       penalty=ground.PrecomputedHook(_entangled_constants,
                                           _entangled_step),
-      look_ahead=momentum.nesterov_look_ahead_hook(0.9), count_steps=True)
+      look_ahead=fed_adc_momentum.nesterov_look_ahead_hook(0.9),
+      count_steps=True)
 
 
 def _broadcast(start, rng):
-  return momentum.Broadcast(
+  return fed_adc_momentum.Broadcast(
       model_weights=tff.learning.models.ModelWeights(
           trainable=[tf.constant(w) for w in start], non_trainable=[]),
       momentum=[tf.constant(rng.normal(0.0, 0.05, w.shape), tf.float32)

@@ -6,7 +6,7 @@ workers finish. `client_states.compose` therefore sends each client its
 position in the round and gets it back with the client's new state, and
 `ClientStatefulProcess.next` files each state under its position
 (`tff_opt/round/client_states.py`). FedPTR's client cosine is computed in
-one aggregation (`aggregators.ClientCosineFactory`), which the
+one aggregation (`fed_ptr.ClientCosineFactory`), which the
 multi-worker compiler accepts.
 
 Each algorithm runs `ROUNDS` rounds of `training_loop.run_training` (3 of
@@ -61,9 +61,9 @@ from tests import test_remote_workers
 from tests import test_resume_stateful
 from tests import tiny
 from tff_opt import algorithms
+from tff_opt.algorithms import fed_ptr
 from tff_opt.program import runtime
 from tff_opt.program import training_loop
-from tff_opt.round import aggregators
 from tff_opt.round import client_states
 
 # TFF warns that BN statistics are not updated by *its* training loops;
@@ -203,7 +203,7 @@ def test_missing_or_repeated_positions_are_an_error(positions):
 def test_client_cosine_is_one_aggregation_the_compiler_splits():
   value_type = tff.types.to_type([(np.float32, [3]), (np.float32, [2])])
   weight_type = tff.types.to_type(np.float32)
-  process = aggregators.ClientCosineFactory().create(value_type, weight_type)
+  process = fed_ptr.ClientCosineFactory().create(value_type, weight_type)
   # The broadcast-then-sum form of the same metric has two dependent
   # aggregates, which TFF's multi-worker compiler refuses.
   with pytest.raises(ValueError, match='Detected one aggregate dependent on '
@@ -225,7 +225,7 @@ def test_client_cosine_is_one_aggregation_the_compiler_splits():
              f @ mean / (np.linalg.norm(f) * np.linalg.norm(mean))
              for f, w in zip(flat, weights) if w > 0]
   assert len(cosines) == 3
-  cosine = float(got.measurements[aggregators.CLIENT_COSINE_KEY])
+  cosine = float(got.measurements[fed_ptr.CLIENT_COSINE_KEY])
   assert cosine == pytest.approx(np.mean(cosines), rel=1e-5)
   assert 0.0 < cosine < 1.0
 

@@ -1,4 +1,9 @@
-"""Builders of federated learning processes, one module per algorithm."""
+"""Builders of federated learning processes, one module per algorithm.
+
+A piece used by one algorithm only lives with it: in its module, or, a
+sizeable technique of its own, beside it as `<algorithm>_<piece>`
+(`fed_adc_momentum`, `fed_curv_fisher`, `fed_ptr_mtt`, `moon_contrastive`).
+"""
 
 from tff_opt.algorithms.fed_opt import build_fed_opt
 from tff_opt.algorithms.fed_adc import build_fed_adc

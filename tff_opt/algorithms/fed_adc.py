@@ -18,9 +18,10 @@ and sends Delta_k = w_t - w_k. The server:
     m_{t+1}   = Delta_bar + (beta_global - beta_local) * m_t
     w_{t+1}   = w_t - alpha * eta_t * m_{t+1}
 
-(`tff_opt.round.momentum` has the pieces and how they map onto the shared client
-work.) beta_local defaults to beta_global = `beta` (the paper's choice), so
-m_{t+1} = Delta_bar, as Algorithm 4 writes it.
+(`tff_opt.algorithms.fed_adc_momentum`, beside this module, has the pieces
+and how they map onto the shared client work.) beta_local defaults to
+beta_global = `beta` (the paper's choice), so m_{t+1} = Delta_bar, as
+Algorithm 4 writes it.
 
 FedADC+ (`distillation=True`, Section III, Eq. 6-9): the local loss is
 
@@ -46,7 +47,7 @@ Choices the paper leaves open (each tested):
 - H is the client's own number of batches this round (its dataset holds its
   epochs), counted before its loop.
 - eta_t at the server is computed from the same schedule and the round
-  number the server rule keeps (see `tff_opt.round.momentum`).
+  number the server rule keeps (see `tff_opt.algorithms.fed_adc_momentum`).
 - Double momentum uses the heavy-ball form (Algorithm 4); `variant=
   'nesterov'` with `local_momentum` is refused.
 - With beta_local = 0 the momentum is not broadcast (no client uses it).
@@ -71,12 +72,13 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
+from tff_opt.round import ground
 from tff_opt.round import losses
-from tff_opt.round import momentum as momentum_lib
 
 VARIANTS = ('heavy_ball', 'nesterov')
 
@@ -124,6 +126,41 @@ PLUS_SPEC = dataclasses.replace(
 # --- The recipe and the builder -------------------------------------------
 
 
+def build_self_confidence_loss(distill_lambda: float, temperature: float
+                               ) -> losses.LossFnBuilder:
+  """FedADC+'s `loss_fn_builder` (Eq. 7): teacher = broadcast w_t.
+
+  The built `loss_fn(model, batch, output, broadcast, context)` evaluates a
+  teacher copy of the model, holding the broadcast weights, on the batch and
+  returns (1 - lambda) * output.loss + lambda * tau^2 *
+  `losses.self_confidence_kl`, with rho (`losses.confidences`) from
+  `context['client_stats']` (the client's label proportions).
+
+  Args:
+    distill_lambda: lambda in [0, 1].
+    temperature: tau > 0.
+  """
+
+  def builder(model_fn):
+    teacher, teacher_weights = losses.teacher_copy(model_fn)
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model
+      losses.assign_weights(teacher_weights, ground.model_weights_of(broadcast))
+      x, y = ground.features_and_labels(batch)
+      teacher_logits = tf.stop_gradient(
+          teacher.predict_on_batch(x, training=False))
+      kl = losses.self_confidence_kl(
+          output.predictions, teacher_logits, y,
+          losses.confidences(context[ground.CLIENT_STATS_KEY]), temperature)
+      return ((1.0 - distill_lambda) * output.loss +
+              distill_lambda * temperature**2 * kl)
+
+    return loss_fn
+
+  return builder
+
+
 def fed_adc_recipe(
     *,
     client_learning_rate: float,
@@ -137,11 +174,12 @@ def fed_adc_recipe(
 ) -> recipe_lib.RecipeFn:
   """FedADC's recipe (Algorithm 3; see the module docstring).
 
-  The finalizer is the momentum rule (`momentum.build_fedadc_finalizer`);
-  with beta_local > 0 the distributor broadcasts m_t with the model and the
-  clients embed it (`momentum.embedded_momentum_hook`, plus
-  `momentum.nesterov_look_ahead_hook` for the Nesterov variant), counting
-  their steps H first; with beta_local = 0 (SlowMo) the model alone is
+  The finalizer is the momentum rule
+  (`fed_adc_momentum.build_fedadc_finalizer`); with beta_local > 0 the
+  distributor broadcasts m_t with the model and the clients embed it
+  (`fed_adc_momentum.embedded_momentum_hook`, plus
+  `fed_adc_momentum.nesterov_look_ahead_hook` for the Nesterov variant),
+  counting their steps H first; with beta_local = 0 (SlowMo) the model alone is
   broadcast. The client optimizer (SGD, or `LocalEmaMomentum` for
   Algorithm 4) is `recipe.assemble`'s; FedADC+ is `with_distillation` of
   this recipe. Arguments as for `build_fed_adc`.
@@ -159,20 +197,20 @@ def fed_adc_recipe(
   objective = client_work_lib.LocalObjective()
   if beta_local > 0:
     objective = client_work_lib.LocalObjective(
-        penalty=momentum_lib.embedded_momentum_hook(beta_local),
-        look_ahead=(momentum_lib.nesterov_look_ahead_hook(beta_local)
+        penalty=fed_adc_momentum.embedded_momentum_hook(beta_local),
+        look_ahead=(fed_adc_momentum.nesterov_look_ahead_hook(beta_local)
                     if variant == 'nesterov' else None),
         count_steps=True)
 
   def recipe_fn(weights_type):
-    finalizer = momentum_lib.build_fedadc_finalizer(
+    finalizer = fed_adc_momentum.build_fedadc_finalizer(
         weights_type, client_learning_rate=client_learning_rate,
         beta_global=beta, beta_local=beta_local, alpha=alpha,
         learning_rate_schedule=client_lr_schedule)
     if beta_local > 0:
       distributor = distributors.with_finalizer_state(
           weights_type, finalizer.initialize.type_signature.result.member,
-          momentum_lib.momentum_broadcast)
+          fed_adc_momentum.momentum_broadcast)
     else:
       distributor = tff.learning.templates.build_broadcast_process(
           weights_type)
@@ -188,7 +226,7 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
   """FedADC+: `base` with the self-confidence distillation loss.
 
   The base recipe's local objective keeps its penalty and look-ahead; its
-  loss becomes `losses.build_self_confidence_loss(distill_lambda,
+  loss becomes `build_self_confidence_loss(distill_lambda,
   temperature)` (Eq. 7-9), with the client's label proportions
   (`losses.label_proportions`) as its statistics.
   """
@@ -197,7 +235,7 @@ def with_distillation(base: recipe_lib.RecipeFn, *, distill_lambda: float,
     recipe = base(weights_type)
     return dataclasses.replace(recipe, objective=dataclasses.replace(
         recipe.objective,
-        loss_fn_builder=losses.build_self_confidence_loss(
+        loss_fn_builder=build_self_confidence_loss(
             distill_lambda, temperature),
         client_stats_fn=functools.partial(losses.label_proportions,
                                           num_classes=num_classes)))
@@ -266,7 +304,7 @@ def build_fed_adc(
       raise ValueError('local_momentum (Algorithm 4, double momentum) takes '
                        "variant='heavy_ball', got variant="
                        f'{variant!r}.')
-    client_optimizer = momentum_lib.LocalEmaMomentum(
+    client_optimizer = fed_adc_momentum.LocalEmaMomentum(
         client_learning_rate, momentum=local_momentum)
   if distillation:
     DISTILL_LAMBDA.check(distill_lambda)

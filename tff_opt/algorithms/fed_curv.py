@@ -15,7 +15,7 @@ and broadcasts them with the next model; client s then minimises
 
     L_s(w) + lam (w^T diag(u) w - 2 w^T v)          (gradient 2 lam (u w - v))
 
-(`penalties.elastic_hook`, with u's square root and v / sqrt(u) computed once
+(`elastic_hook`, with u's square root and v / sqrt(u) computed once
 per client; Eq. 3's constant term is not kept). Deltas are averaged
 and applied by the server optimizer as in FedAvg.
 
@@ -56,7 +56,7 @@ Choices written down (and tested):
   claim's setting (E = 5) a round takes 5.7 s thus, 12.7 s with the Fisher
   over all E epochs (FedOpt's 4.0 s; `benchmarks.fedcurv_fisher_epochs`).
 - How the Fisher is computed (the same numbers either way):
-  * Fast path, when `fisher.is_supported(model)`: the model is TFF's
+  * Fast path, when `fed_curv_fisher.is_supported(model)`: the model is TFF's
     `from_keras_model` wrapper itself (its Keras model and its single
     Keras loss are read from the wrapper's private `_keras_model` and
     `_loss_fns`, as FedBN reads `_keras_model`), the Keras model is a
@@ -64,12 +64,12 @@ Choices written down (and tested):
     layers (channels_last, with or without bias, any activation, no
     regularizers) own trainable weights, and every other layer is a known
     parameter-free one (Flatten, pooling, Dropout, Activation, Reshape,
-    ...; `fisher.PARAMETER_FREE_LAYERS`). The dataset is re-batched into
-    `FISHER_BATCH_SIZE` examples; each batch takes one forward and one
+    ...; `fed_curv_fisher.PARAMETER_FREE_LAYERS`). The dataset is re-batched
+    into `FISHER_BATCH_SIZE` examples; each batch takes one forward and one
     backward pass of sum_i l_i to the layers' pre-activation outputs z,
     and the per-layer closed forms of sum_i (grad_i)^2 (Dense:
     (a^2)^T (g^2); Conv2D: per-example patches^T G, squared; see
-    `tff_opt/round/fisher.py`).
+    `tff_opt/algorithms/fed_curv_fisher.py`).
   * Fallback, for every other model (BatchNormalization, embeddings,
     LSTMs, branches, custom layers or losses, regularizers, a
     `VariableModel` not made by `from_keras_model`): one gradient pass per
@@ -92,6 +92,7 @@ import tensorflow_federated as tff
 from tff_opt import checks
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import fed_curv_fisher
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import aggregators
@@ -99,16 +100,25 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
-from tff_opt.round import fisher
 from tff_opt.round import ground
-from tff_opt.round import penalties
 from tff_opt.round import stacked_training
 
+FISHER_SUM_KEY = 'fisher_sum'  # u, in the finalizer's state.
+FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'  # v, in the finalizer's state.
 FISHER_KEY = 'fisher'
 FISHER_WEIGHTS_KEY = 'fisher_weights'
 SOURCE_ROUND_KEY = 'source_round'
 CLIENT_ROUND_KEY = 'round'
-Broadcast = penalties.FisherSums  # (w_t, u, v): the stateless variant's.
+
+
+class FisherSums(NamedTuple):
+  """FedCurv's broadcast (`algorithms/fed_curv.py`, stateless variant)."""
+  model_weights: Any
+  fisher_sum: Any  # u = sum_k diag(F_k), shaped like the trainables.
+  fisher_weight_sum: Any  # v = sum_k diag(F_k) * w_k.
+
+
+Broadcast = FisherSums  # (w_t, u, v): the stateless variant's.
 
 
 class ExactBroadcast(NamedTuple):
@@ -144,16 +154,92 @@ SPEC = hparams.Spec(
     task_facts=('num_clients', 'client_epochs'))
 
 
+def elastic_constants(broadcast, *, learning_rate, lam):
+  """FedCurv's per-client constants: (sqrt(u), v / sqrt(u), lam).
+
+  Where u <= 0 the penalty has no term: a sum of Fisher diagonals is never
+  negative and v = sum F w is 0 where it is 0; u - F_own of the cross-silo
+  variant can round below 0 (with v - (F w)_own rounding near 0), and is
+  clamped at 0 before the square root; v / sqrt(u) is 0 where u is 0.
+
+  Args:
+    broadcast: A `FisherSums` (or any broadcast with its `fisher_sum` u
+      and `fisher_weight_sum` v, each a list shaped like the trainables).
+    learning_rate: Unused.
+    lam: The penalty strength lambda, >= 0.
+
+  Returns:
+    A tuple `(root, target, lam)`: sqrt(u) and v / sqrt(u) as lists in
+    model order, and lam.
+  """
+  del learning_rate
+  root = [tf.sqrt(tf.maximum(u, 0.0)) for u in broadcast.fisher_sum]
+  target = [tf.math.divide_no_nan(v, r)
+            for v, r in zip(broadcast.fisher_weight_sum, root)]
+  return root, target, lam
+
+
+def elastic_step(weights, constants) -> tf.Tensor:
+  """FedCurv's penalty from its constants: lam sum (sqrt(u) w - v/sqrt(u))^2.
+
+  Equal to lam (w^T diag(u) w - 2 w^T v) plus the constant lam sum v^2 / u,
+  so with the same gradient 2 lam (u w - v); written as an `l2_loss` of one
+  product and one difference, autodiff needs a few passes over the weights
+  per step instead of a dozen.
+
+  Args:
+    weights: The trainable variables, in model order.
+    constants: `elastic_constants(...)`.
+
+  Returns:
+    A scalar tensor.
+  """
+  root, target, lam = constants
+  return (2.0 * lam) * tf.add_n([
+      tf.nn.l2_loss(r * w - t) for w, r, t in zip(weights, root, target)])
+
+
+def elastic_hook(lam: float, adjust=None) -> ground.PrecomputedHook:
+  """FedCurv's penalty, Eq. 3 as rearranged in Sec. 3.1 (up to a constant):
+
+      lam (w^T diag(u) w - 2 w^T v) + const,   gradient 2 lam (u w - v),
+
+  where u and v are the broadcast's `fisher_sum` and `fisher_weight_sum`
+  (Eq. 3's constant is not kept; `elastic_step` adds lam sum v^2 / u).
+  sqrt(u) and v / sqrt(u) are computed once per client
+  (`elastic_constants`), the sum at every step (`elastic_step`).
+
+  Args:
+    lam: The penalty strength lambda, >= 0.
+    adjust: Optional `broadcast -> broadcast` applied first, once per
+      client (FedCurv's cross-silo variant removes the client's own
+      contribution from u and v with it).
+
+  Returns:
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate)` (a broadcast with `fisher_sum` and `fisher_weight_sum`,
+    each a list shaped like the trainable weights) it returns the penalty's
+    value (of the adjusted broadcast), a scalar tensor.
+  """
+
+  def constants(broadcast, *, learning_rate):
+    if adjust is not None:
+      broadcast = adjust(broadcast)
+    return elastic_constants(broadcast, learning_rate=learning_rate, lam=lam)
+
+  return ground.PrecomputedHook(constants, elastic_step)
+
+
 def empirical_fisher_diagonal(model, dataset, *,
                               batch_size: int = FISHER_BATCH_SIZE,
                               max_examples=None):
   """Mean over the dataset's examples of the squared per-example gradient.
 
-  Fast path (`fisher.is_supported(model)`: a Keras chain of Dense / Conv2D
-  layers wrapped by `tff.learning.models.from_keras_model`): the dataset is
-  re-batched into `batch_size` examples and each batch takes one forward
-  and one backward pass (`fisher.squared_gradient_sums`); the metric
-  variables are not touched. Any other model: one gradient pass per
+  Fast path (`fed_curv_fisher.is_supported(model)`: a Keras chain of Dense /
+  Conv2D layers wrapped by `tff.learning.models.from_keras_model`): the
+  dataset is re-batched into `batch_size` examples and each batch takes one
+  forward and one backward pass (`fed_curv_fisher.squared_gradient_sums`);
+  the metric variables are not touched. Any other model: one gradient pass per
   example (batches of one, `model.forward_pass` with `training=False`),
   which updates the model's metric variables (loss, accuracy, example and
   batch counts) and leaves them so. When this runs as FedCurv's report
@@ -179,7 +265,7 @@ def empirical_fisher_diagonal(model, dataset, *,
   if max_examples is not None:
     dataset = dataset.unbatch().take(tf.cast(max_examples, tf.int64)).batch(
         batch_size)
-  chain = fisher.keras_chain(model)
+  chain = fed_curv_fisher.keras_chain(model)
   if chain is None:
     return _per_example_fisher(model, dataset)
   weights = model.trainable_variables
@@ -188,7 +274,7 @@ def empirical_fisher_diagonal(model, dataset, *,
   # An iterator, not `for batch in dataset`: autograph turns the latter into
   # a `dataset.reduce`, whose body tf.data runs about 1.5x slower here.
   for batch in iter(dataset.unbatch().batch(batch_size)):
-    batch_sums, batch_count = fisher.squared_gradient_sums(
+    batch_sums, batch_count = fed_curv_fisher.squared_gradient_sums(
         chain, model, batch, max_examples=batch_size)
     sums = tuple(s + b for s, b in zip(sums, batch_sums))
     count += batch_count
@@ -433,8 +519,8 @@ def fed_curv_recipe(
     # The finalizer's extras hold what is broadcast beside the model, under
     # the broadcast's own field names (and so the checkpoints' keys).
     initial_extras = collections.OrderedDict([
-        (penalties.FISHER_SUM_KEY, zeros),
-        (penalties.FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
+        (FISHER_SUM_KEY, zeros),
+        (FISHER_WEIGHT_SUM_KEY, tff_types.zeros_of(vector_type)),
     ])
     if cross_silo:
       initial_extras[ground.ROUND_NUM_KEY] = np.int32(0)
@@ -443,8 +529,8 @@ def fed_curv_recipe(
     def update_extras(extras, aggregate):
       sums = aggregate[aggregators.SUMS_KEY]
       updated = collections.OrderedDict([
-          (penalties.FISHER_SUM_KEY, sums[FISHER_KEY]),
-          (penalties.FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
+          (FISHER_SUM_KEY, sums[FISHER_KEY]),
+          (FISHER_WEIGHT_SUM_KEY, sums[FISHER_WEIGHTS_KEY]),
       ])
       if cross_silo:
         updated[ground.ROUND_NUM_KEY] = extras[ground.ROUND_NUM_KEY] + 1
@@ -478,7 +564,7 @@ def fed_curv_recipe(
       return recipe_lib.Recipe(
           work_broadcast_type=broadcast_type,
           objective=client_work_lib.LocalObjective(
-              penalty=penalties.elastic_hook(lam)),
+              penalty=elastic_hook(lam)),
           **parts)
 
     initial_client_state = collections.OrderedDict([
@@ -498,7 +584,7 @@ def fed_curv_recipe(
         work_broadcast_type=client_states.client_broadcast_type(
             broadcast_type, tff_types.type_of(initial_client_state)),
         objective=client_work_lib.LocalObjective(
-            penalty=penalties.elastic_hook(lam, adjust=excluding_own)),
+            penalty=elastic_hook(lam, adjust=excluding_own)),
         initial_client_state=initial_client_state,
         client_state_update=client_state_update,
         **parts)

@@ -11,7 +11,7 @@ theta_i = w, takes its K local steps at learning rate eta on
                  + (1/(eta K)) <theta, g_i - g>                        (1)
 
 (the paper's penalized term R and gradient correction term G,
-`penalties.local_drift_hook`; autodiff gives the local gradient
+`local_drift_hook`; autodiff gives the local gradient
 grad L_i + alpha (theta + h_i - w) + (g_i - g) / (eta K)), ending at
 theta_i^+. It then updates its drift and its local update,
 
@@ -127,7 +127,7 @@ Choices written down (and tested):
 import collections
 import functools
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -142,11 +142,13 @@ from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
-from tff_opt.round import penalties
 
-DRIFT_KEY = penalties.DRIFT_KEY
-LOCAL_UPDATE_KEY = penalties.LOCAL_UPDATE_KEY
-GLOBAL_UPDATE_KEY = penalties.GLOBAL_UPDATE_KEY
+# The client state of FedDC: its local drift variable h_i and its last local
+# update g_i; the broadcast's global update g.
+DRIFT_KEY = 'drift'
+LOCAL_UPDATE_KEY = 'local_update'
+GLOBAL_UPDATE_KEY = 'global_update'
+
 # H = sum_j h_j over all N clients, kept in the finalizer's extras beside g.
 DRIFT_SUM_KEY = 'drift_sum'
 # The aggregate's plain sum of the round's Delta_i (= -sum_S of the changes
@@ -174,6 +176,90 @@ SPEC = hparams.Spec(
     # Gao et al.: the plain mean of the theta_i.
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
     server_rule='sgd', task_facts=('num_clients',))
+
+
+class GlobalUpdate(NamedTuple):
+  """FedDC's broadcast (`algorithms/fed_dc.py`)."""
+  model_weights: Any
+  global_update: Any  # g, shaped like the trainables.
+
+
+def _sum(tensors) -> tf.Tensor:
+  return tf.add_n([tf.reduce_sum(t) for t in tensors])
+
+
+def local_drift_constants(broadcast, *, learning_rate, num_steps, alpha):
+  """FedDC's per-client constants: (w - h_i, (g_i - g) / (eta K), alpha).
+
+  The correction's scale 1/(eta K) is 0 when K = 0 (a client without a
+  step never evaluates the penalty).
+
+  Args:
+    broadcast: A `ground.ClientInput` of a `GlobalUpdate` (w, g) and the
+      client's state holding `drift` (h_i) and `local_update` (g_i), each
+      a list shaped like the trainable weights.
+    learning_rate: The client learning rate eta.
+    num_steps: The client's number of local steps K this round.
+    alpha: The strength of the penalized term, >= 0.
+
+  Returns:
+    A tuple `(target, correction, alpha)`: w - h_i and (g_i - g) / (eta K)
+    as lists in model order, and alpha.
+  """
+  anchor = ground.model_weights_of(broadcast).trainable
+  state = broadcast.client_state
+  target = [w - h for w, h in zip(anchor, state[DRIFT_KEY])]
+  scale = tf.math.divide_no_nan(
+      1.0, tf.cast(learning_rate, tf.float32) *
+      tf.cast(num_steps, tf.float32))
+  correction = [(own - server) * scale for own, server in zip(
+      state[LOCAL_UPDATE_KEY], broadcast.broadcast.global_update)]
+  return target, correction, alpha
+
+
+def local_drift_step(weights, constants) -> tf.Tensor:
+  """FedDC's R + G from its constants (see `local_drift_hook`).
+
+  (alpha/2) ||theta - (w - h_i)||^2 is written alpha * l2_loss(...)
+  (l2_loss(x) = ||x||^2 / 2), the same value.
+
+  Args:
+    weights: The trainable variables theta, in model order.
+    constants: `local_drift_constants(...)`.
+
+  Returns:
+    A scalar tensor.
+  """
+  target, correction, alpha = constants
+  return (alpha * tf.add_n(
+      [tf.nn.l2_loss(w - t) for w, t in zip(weights, target)]) +
+          _sum([w * c for w, c in zip(weights, correction)]))
+
+
+def local_drift_hook(alpha: float) -> ground.PrecomputedHook:
+  """FedDC's penalized and gradient-correction terms (Gao et al.):
+
+      R + G = (alpha/2) ||theta + h_i - w||^2 + (1/(eta K)) <theta, g_i - g>,
+
+  gradient alpha (theta + h_i - w) + (g_i - g) / (eta K), where w is the
+  broadcast model, g the broadcast's `global_update`, h_i and g_i the
+  client's `client_state['drift']` and `client_state['local_update']`,
+  eta the client learning rate and K the client's number of local steps
+  this round (the client work must count them:
+  `client_work.LocalObjective(count_steps=True)`). w - h_i and
+  (g_i - g) / (eta K) are computed once per client
+  (`local_drift_constants`), the sum at every step (`local_drift_step`).
+
+  Args:
+    alpha: The strength of the penalized term, >= 0.
+
+  Returns:
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate, num_steps)` it returns R + G, a scalar tensor.
+  """
+  return ground.PrecomputedHook(
+      functools.partial(local_drift_constants, alpha=alpha),
+      local_drift_step)
 
 
 def _report(model, dataset, broadcast, *, delta, num_steps, learning_rate,
@@ -330,7 +416,7 @@ def fed_dc_recipe(*, alpha: float, num_clients: int,
   """FedDC's recipe (see the module docstring), for `recipe.assemble`.
 
   The distributor broadcasts (w, g) from the finalizer's state; the clients
-  minimise (1) (`penalties.local_drift_hook`, with their steps counted),
+  minimise (1) (`local_drift_hook`, with their steps counted),
   report their new h_i and g_i (`_report`), keep them as their state and
   send Delta_i = w - theta_i^+ and g_i; the aggregator takes the weighted
   means of both and the plain sum of the Delta_i (`drift_aggregator`); the
@@ -356,7 +442,7 @@ def fed_dc_recipe(*, alpha: float, num_clients: int,
   def recipe_fn(weights_type):
     _common.check_server_optimizer(server_optimizer_fn)
     vector_type = tff_types.type_of(tff_types.zeros_of(weights_type.trainable))
-    broadcast_type = tff_types.named_tuple_type(penalties.GlobalUpdate,
+    broadcast_type = tff_types.named_tuple_type(GlobalUpdate,
                                                 weights_type, vector_type)
     initial_client_state = collections.OrderedDict([
         (DRIFT_KEY, tff_types.zeros_of(vector_type)),
@@ -366,7 +452,7 @@ def fed_dc_recipe(*, alpha: float, num_clients: int,
     def distributor_fn(finalizer_state_type):
       return distributors.with_finalizer_state(
           weights_type, finalizer_state_type,
-          lambda weights, state: penalties.GlobalUpdate(
+          lambda weights, state: GlobalUpdate(
               weights, state[finalizers.EXTRAS_KEY][GLOBAL_UPDATE_KEY]))
 
     return recipe_lib.Recipe(
@@ -378,7 +464,7 @@ def fed_dc_recipe(*, alpha: float, num_clients: int,
             drift_finalizer, server_optimizer_fn, weights_type,
             num_clients=num_clients),
         objective=client_work_lib.LocalObjective(
-            penalty=penalties.local_drift_hook(alpha), count_steps=True),
+            penalty=local_drift_hook(alpha), count_steps=True),
         passes=client_work_lib.ClientPasses(report_fn=_report),
         initial_client_state=initial_client_state,
         client_state_update=_client_state_update,

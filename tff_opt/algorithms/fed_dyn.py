@@ -6,7 +6,7 @@ theta^{t-1},
 
     L_k(theta) - <g_k, theta> + (alpha/2) ||theta - theta^{t-1}||^2,     (1)
 
-g_k = grad L_k(theta_k^{t-1}) its linear term (`penalties.dynamic`; autodiff
+g_k = grad L_k(theta_k^{t-1}) its linear term (`dynamic`; autodiff
 gives the local gradient g - g_k + alpha (theta - theta^{t-1})), with its
 client optimizer over its local epochs, ending at theta_k^t, and keeps
 
@@ -67,8 +67,9 @@ from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import finalizers
 from tff_opt.round import ground
-from tff_opt.round import penalties
 
+# The client-state key of g_k.
+LOCAL_GRADIENT_KEY = 'local_gradient'
 H_KEY = 'h'
 MEAN_STATE_KEY = 'mean'
 
@@ -86,6 +87,37 @@ SPEC = hparams.Spec(
     # Acar et al. Algorithm 1: (1/|P|) sum theta_k.
     client_weighting=tff.learning.ClientWeighting.UNIFORM,
     server_rule='sgd', task_facts=('num_clients',))
+
+
+def _sum(tensors) -> tf.Tensor:
+  return tf.add_n([tf.reduce_sum(t) for t in tensors])
+
+
+def dynamic(weights, broadcast, *, learning_rate, alpha) -> tf.Tensor:
+  """FedDyn's dynamic regularizer (Acar et al., Algorithm 1).
+
+  -<g_k, w> + (alpha/2) ||w - w_t||^2, gradient -g_k + alpha (w - w_t),
+  where w_t is the broadcast model and g_k (the client's
+  `client_state['local_gradient']`) its gradient of L_k at the end of its
+  previous round, 0 before its first.
+
+  Args:
+    weights: The trainable variables, in model order.
+    broadcast: A `ground.ClientInput` of the model (w_t) and the client's
+      state.
+    learning_rate: Unused.
+    alpha: The regularization strength, > 0.
+
+  Returns:
+    A scalar tensor.
+  """
+  del learning_rate
+  anchor = ground.model_weights_of(broadcast).trainable
+  g = broadcast.client_state[LOCAL_GRADIENT_KEY]
+  return _sum([
+      0.5 * alpha * tf.square(w - a) - gk * w
+      for w, a, gk in zip(weights, anchor, g)
+  ])
 
 
 def check_num_clients(num_clients) -> None:
@@ -170,11 +202,11 @@ def fed_dyn_recipe(*, alpha: float, num_clients: int,
     _common.check_server_optimizer(server_optimizer_fn)
     gradient = tff_types.zeros_of(weights_type.trainable)
     initial_client_state = collections.OrderedDict([
-        (penalties.LOCAL_GRADIENT_KEY, gradient)])
+        (LOCAL_GRADIENT_KEY, gradient)])
 
     def client_state_update(client_input, update):
-      g = client_input.client_state[penalties.LOCAL_GRADIENT_KEY]
-      return collections.OrderedDict([(penalties.LOCAL_GRADIENT_KEY, [
+      g = client_input.client_state[LOCAL_GRADIENT_KEY]
+      return collections.OrderedDict([(LOCAL_GRADIENT_KEY, [
           a + alpha * d for a, d in zip(g, _delta_of(update))])])
 
     return recipe_lib.Recipe(
@@ -187,7 +219,7 @@ def fed_dyn_recipe(*, alpha: float, num_clients: int,
         finalizer_fn=lambda _: (
             finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
         objective=client_work_lib.LocalObjective(
-            penalty=functools.partial(penalties.dynamic, alpha=alpha)),
+            penalty=functools.partial(dynamic, alpha=alpha)),
         initial_client_state=initial_client_state,
         client_state_update=client_state_update)
 

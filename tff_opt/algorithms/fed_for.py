@@ -8,20 +8,29 @@ round's client learning rate, client k minimises (Eq. 7 of the paper)
 
 whose gradient adds (alpha/eta) d_i on the coordinates where
 d_i (w_i - w_t,i) > 0 (moving back towards w_{t-1}) and 0 elsewhere
-(`penalties.first_order_positive_hook`). Clients are averaged as in FedAvg and
+(`first_order_positive_hook`). Clients are averaged as in FedAvg and
 the server optimizer applies the mean delta. Nothing is kept per client.
 
 Choices the paper leaves open, written down and tested:
 - First round (no w_{t-1}): no penalty, the round is FedAvg's.
 - eta is the client optimizer's learning rate of the round (after
   `client_lr_schedule`), read from the client work's hyper-parameters.
-- relu's gradient at 0 is 0, so the first local step of a round is plain
-  (w = w_t there).
+- U's derivative at 0. The paper's U (U(x) = x for x >= 0, else 0) needs
+  one, and every coordinate sits at 0 at the start of local training
+  (w = w_t). `grad_at_zero=0` (the default here) takes relu's, 0, so the
+  first local step carries no FedFOR gradient and later steps push back
+  only the coordinates that moved toward w_{t-1} (d_i (w_i - w_t,i) > 0);
+  `grad_at_zero=1` takes the derivative of the paper's x-branch, which
+  holds at 0 (x >= 0), so the first step moves every coordinate by
+  -alpha d_i (with SGD at the same eta: the penalty's gradient is
+  (alpha/eta) d_i), an extrapolation of the last global step by alpha. The
+  binary's `--fedfor_grad_at_zero` chooses; `results/claims/fedfor`
+  measures both.
 - alpha = 0 is FedAvg; the paper uses alpha = 5.
 - Communication: server -> client is two models plus the one-byte
   `has_previous` flag (the paper's Table 1: {W^{t-1}, W^{t-2}}).
 - d and alpha/eta are computed once per client, before its local steps
-  (`penalties.first_order_positive_hook`), not at every step.
+  (`first_order_positive_hook`), not at every step.
 """
 
 import functools
@@ -34,7 +43,7 @@ import tensorflow_federated as tff
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
 from tff_opt.round import distributors
-from tff_opt.round import penalties
+from tff_opt.round import ground
 
 
 ALPHA = hparams.HParam(
@@ -56,6 +65,91 @@ SPEC = hparams.Spec(
     client_weighting=tff.learning.ClientWeighting.UNIFORM)
 
 
+def _sum(tensors) -> tf.Tensor:
+  return tf.add_n([tf.reduce_sum(t) for t in tensors])
+
+
+def first_order_positive_constants(broadcast, *, learning_rate, alpha):
+  """FedFOR's per-client constants: (w_t, d = w_{t-1} - w_t, alpha/eta).
+
+  The scale is 0 when the broadcast's `has_previous` is false (first round).
+
+  Args:
+    broadcast: A `ground.TwoModels` (w_t, w_{t-1}, has_previous).
+    learning_rate: The client learning rate eta.
+    alpha: The penalty strength, >= 0.
+
+  Returns:
+    A tuple `(anchor, direction, scale)`: w_t and d as lists in model order,
+    scale a float32 scalar.
+  """
+  current = ground.model_weights_of(broadcast).trainable
+  previous = broadcast.previous_model_weights.trainable
+  direction = [p - c for c, p in zip(current, previous)]
+  scale = tf.cast(broadcast.has_previous, tf.float32) * (
+      alpha / tf.cast(learning_rate, tf.float32))
+  return list(current), direction, scale
+
+
+def positive_part(x: tf.Tensor, grad_at_zero: int = 0) -> tf.Tensor:
+  """FedFOR's U(x) = max(x, 0), with derivative `grad_at_zero` at x = 0."""
+  if grad_at_zero == 0:
+    return tf.nn.relu(x)  # Gradient 1 where x > 0, else 0.
+  return tf.where(x >= 0.0, x, tf.zeros_like(x))  # Gradient 1 where x >= 0.
+
+
+def first_order_positive_step(weights, constants, *,
+                              grad_at_zero: int = 0) -> tf.Tensor:
+  """FedFOR's Eq. 7 from its constants: scale * sum_i U(d_i (w_i - w_t,i)).
+
+  Args:
+    weights: The trainable variables, in model order.
+    constants: `first_order_positive_constants(...)`.
+    grad_at_zero: U'(0), 0 or 1 (see the module docstring).
+
+  Returns:
+    A scalar tensor.
+  """
+  anchor, direction, scale = constants
+  return scale * _sum([
+      positive_part(d * (w - c), grad_at_zero)
+      for w, c, d in zip(weights, anchor, direction)
+  ])
+
+
+def first_order_positive_hook(alpha: float, grad_at_zero: int = 0
+                              ) -> ground.PrecomputedHook:
+  """FedFOR's first-order penalty (Eq. 7 of Tian, Smith, Kira):
+
+      (alpha/eta) sum_i U(d_i (w_i - w_t,i)),   d = w_{t-1} - w_t,
+
+  U(x) = max(x, 0), zero when the broadcast's `has_previous` is false (first
+  round). d and alpha/eta are computed once per client
+  (`first_order_positive_constants`), the sum at every step
+  (`first_order_positive_step`).
+
+  Args:
+    alpha: The penalty strength, >= 0.
+    grad_at_zero: U'(0), 0 or 1 (see the module docstring).
+
+  Returns:
+    A `ground.PrecomputedHook`; called as `hook(weights, broadcast, *,
+    learning_rate)` (a broadcast with `model_weights` (w_t),
+    `previous_model_weights` (w_{t-1}) and `has_previous`) it returns the
+    penalty's value, a scalar tensor.
+
+  Raises:
+    ValueError: If `grad_at_zero` is not 0 or 1.
+  """
+  if grad_at_zero not in (0, 1):
+    raise ValueError(
+        f'grad_at_zero must be 0 or 1, got {grad_at_zero!r}.')
+  return ground.PrecomputedHook(
+      functools.partial(first_order_positive_constants, alpha=alpha),
+      functools.partial(first_order_positive_step,
+                        grad_at_zero=grad_at_zero))
+
+
 def fed_for_recipe(
     *,
     alpha: float,
@@ -65,7 +159,7 @@ def fed_for_recipe(
         None),
 ) -> recipe.RecipeFn:
   """FedFOR's recipe: `recipe.penalized_fed_opt` with the two-model
-  broadcast and `penalties.first_order_positive_hook`.
+  broadcast and `first_order_positive_hook`.
 
   Raises:
     ValueError: If `alpha` is negative or not a finite number, or
@@ -76,7 +170,7 @@ def fed_for_recipe(
   return functools.partial(
       recipe.penalized_fed_opt,
       distributor_fn=distributors.with_previous_model,
-      penalty=penalties.first_order_positive_hook(alpha, grad_at_zero),
+      penalty=first_order_positive_hook(alpha, grad_at_zero),
       server_optimizer_fn=server_optimizer_fn,
       model_aggregator=model_aggregator)
 
@@ -108,7 +202,7 @@ def build_fed_for(
     model_aggregator: Weighted aggregation factory for the deltas;
       `tff.aggregators.MeanFactory()` by default.
     grad_at_zero: U'(0) of the penalty, 0 (relu's) or 1 (the paper's
-      x-branch); see `tff_opt.round.penalties`.
+      x-branch); see the module docstring.
 
   Returns:
     A `tff.learning.templates.LearningProcess`; its metrics include

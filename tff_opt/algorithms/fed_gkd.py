@@ -13,8 +13,10 @@ client optimizer over its local epochs,
     L = CE(z, y)
         + (gamma / 2) * tau^2 * (1/N) sum_n KL(q^tau(z_bar) || q^tau(z))
 
-with z_bar the logits of w_bar_t (`tff_opt.round.losses.fed_gkd_loss`,
-where the gamma/2 and tau^2 choices are written down). The server averages
+with z_bar the logits of w_bar_t (`fed_gkd_loss`, notation of
+`tff_opt.round.losses`; the tau^2 factor and the batch mean are
+`losses.distillation_kl`'s, written down there, and the gamma/2 choice
+below). The server averages
 the deltas and applies its server optimizer to the mean, as FedOpt does
 (SGD with learning rate 1 is FedAvg's), and pushes w_t into its buffer.
 
@@ -24,11 +26,16 @@ number of models pushed so far, in `state.finalizer['extras']`), like
 SCAFFOLD's control variate. The distributor broadcasts w_t, the sum of the
 buffered models and their number n (`distributors.with_finalizer_state`);
 each client forms w_bar = (w_t + sum) / (n + 1)
-(`losses.gkd_teacher_weights`). That is one model more down than FedAvg
+(`gkd_teacher_weights`). That is one model more down than FedAvg
 (the authors' code sends the teacher, also one model); the update sent up
 is the delta alone.
 
-Choices written down (each tested in `tests/test_fed_gkd.py`):
+Choices written down (each tested in `tests/test_fed_gkd.py` or
+`tests/test_losses.py`):
+- The coefficient is the paper's gamma/2. The authors' code multiplies
+  tau^2 KL by its `distillation_coefficient` (0.1 in their README run and,
+  as lambda, in the FedADC paper's Section IV-A3), so gamma = 2 * that
+  coefficient; `GKD_GAMMA.default` = 0.2.
 - Before M rounds have passed the buffer holds every global model so far,
   w_0 included: w_bar_0 = w_0 (round 0 distils towards the initial model),
   w_bar_1 = (w_0 + w_1) / 2, ... The authors' code skips distillation in
@@ -52,8 +59,8 @@ be logits.
 """
 
 import collections
-from collections.abc import Callable
-from typing import Optional
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -97,6 +104,71 @@ SPEC = hparams.Spec(
     hparams=(GKD_GAMMA, GKD_TEMPERATURE, GKD_BUFFER_SIZE),
     # Its authors' code averages the received models uniformly.
     client_weighting=tff.learning.ClientWeighting.UNIFORM)
+
+
+class ModelHistory(NamedTuple):
+  """FedGKD's broadcast (`algorithms/fed_gkd.py`): w_t and the previous
+  global models kept in the server's buffer, as their sum and number."""
+  model_weights: Any
+  history_sum: Any  # Per trainable variable, over the buffer's n models.
+  history_count: Any  # n, float32.
+
+
+def gkd_teacher_weights(current: Sequence[Any], history_sum: Sequence[Any],
+                        history_count) -> list[tf.Tensor]:
+  """FedGKD's w_bar = (w_t + sum of the n previous models) / (n + 1)."""
+  return [(c + tf.cast(s, c.dtype)) / (1.0 + tf.cast(history_count, c.dtype))
+          for c, s in zip(current, history_sum)]
+
+
+def fed_gkd_loss(logits, teacher_logits, labels, *, gamma, temperature,
+                 ce: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """FedGKD: CE(z, y) + (gamma / 2) * tau^2 * KL(q^tau(z_bar) || q^tau(z)).
+
+  Args:
+    logits: [..., C] student logits z.
+    teacher_logits: [..., C] logits z_bar of the averaged teacher.
+    labels: [...] integer true labels y.
+    gamma: The distillation coefficient of the paper, >= 0 (the term's
+      weight is gamma / 2).
+    temperature: tau > 0.
+    ce: The cross-entropy term when already computed (the model's own
+      loss); `losses.cross_entropy(logits, labels)` when `None`.
+  """
+  if ce is None:
+    ce = losses.cross_entropy(logits, labels)
+  return ce + 0.5 * gamma * losses.distillation_kl(teacher_logits, logits,
+                                                   temperature)
+
+
+def build_gkd_loss(gamma: float, temperature: float) -> losses.LossFnBuilder:
+  """FedGKD's `loss_fn_builder`: `fed_gkd_loss`, teacher = w_bar.
+
+  The broadcast (a `ModelHistory`) carries w_t and the sum and number of
+  the previous global models in the server's buffer; the teacher's
+  trainable weights are their mean with w_t (`gkd_teacher_weights`), its
+  non-trainable ones w_t's.
+  """
+
+  def builder(model_fn):
+    teacher, teacher_weights = losses.teacher_copy(model_fn)
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model, context
+      current = ground.model_weights_of(broadcast)
+      losses.assign_weights(teacher_weights.trainable, gkd_teacher_weights(
+          current.trainable, broadcast.history_sum,
+          broadcast.history_count))
+      losses.assign_weights(teacher_weights.non_trainable,
+                            current.non_trainable)
+      x, y = ground.features_and_labels(batch)
+      teacher_logits = teacher.predict_on_batch(x, training=False)
+      return fed_gkd_loss(output.predictions, teacher_logits, y, gamma=gamma,
+                          temperature=temperature, ce=output.loss)
+
+    return loss_fn
+
+  return builder
 
 
 def _slots(buffer_size: int) -> int:
@@ -206,7 +278,7 @@ def history_broadcast(buffer_size: int):
   """The distributor's `broadcast_fn`: w_t, the buffered models' sum and
   number.
 
-  Returns a TF function `(w_t, finalizer state) -> losses.ModelHistory(w_t,
+  Returns a TF function `(w_t, finalizer state) -> ModelHistory(w_t,
   [sum over the n filled slots, per trainable variable], n)` (n float32),
   n = min(pushed, M - 1).
   """
@@ -221,7 +293,7 @@ def history_broadcast(buffer_size: int):
       mask = tf.reshape(tf.cast(filled, h.dtype), [slots] + [1] *
                         (h.shape.rank - 1))
       sums.append(tf.reduce_sum(h * mask, axis=0))
-    return losses.ModelHistory(model_weights, sums,
+    return ModelHistory(model_weights, sums,
                                tf.cast(count, tf.float32))
 
   return broadcast_fn
@@ -242,7 +314,7 @@ def fed_gkd_recipe(
   the distributor `distributors.with_finalizer_state` with
   `history_broadcast`, the aggregator the weighted mean of the deltas
   (`model_aggregator`, `tff.aggregators.MeanFactory()` by default) and the
-  local objective's loss hook `losses.build_gkd_loss(gamma, temperature)`.
+  local objective's loss hook `build_gkd_loss(gamma, temperature)`.
   Arguments as for `build_fed_gkd`.
 
   Raises:
@@ -252,7 +324,7 @@ def fed_gkd_recipe(
   GKD_TEMPERATURE.check(temperature)
   GKD_BUFFER_SIZE.check(buffer_size)
   objective = client_work_lib.LocalObjective(
-      loss_fn_builder=losses.build_gkd_loss(gamma, temperature))
+      loss_fn_builder=build_gkd_loss(gamma, temperature))
 
   def recipe_fn(weights_type):
     _common.check_server_optimizer(server_optimizer_fn)

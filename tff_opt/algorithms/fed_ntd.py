@@ -7,9 +7,11 @@ optimizer over its local epochs,
     L = CE(z, y) + beta * tau^2 * (1/N) sum_n KL(q~^tau(z_g) || q~^tau(z))
 
 where z_g are the logits of w_t (the teacher, fixed during the round) and
-q~^tau the softmax at temperature tau over the not-true classes only
-(`tff_opt.round.losses.fed_ntd_loss`, where the choices are written down:
-the tau^2 factor of the authors' code, the batch mean). The server averages
+q~^tau the softmax at temperature tau over the C - 1 not-true classes only
+(the true class's logit removed); the second term without beta is L_NTD
+(`fed_ntd_loss`; the tau^2 factor of the authors' code and the batch mean
+are `losses.distillation_kl`'s, written down in `tff_opt.round.losses`,
+with that module's notation). The server averages
 the deltas by example count (the authors' code weighs each client by its
 data size; uniform is an option) and applies its server optimizer, as
 FedOpt does (SGD with learning rate 1 is FedAvg's x_{t+1} = mean of the
@@ -32,6 +34,7 @@ import tensorflow_federated as tff
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import ground
 from tff_opt.round import losses
 
 
@@ -53,6 +56,67 @@ SPEC = hparams.Spec(
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 
 
+def not_true_logits(logits, labels) -> tf.Tensor:
+  """The [N, C - 1] logits of the not-true classes (the true one removed).
+
+  The classes keep their order; row n drops column y_n.
+  """
+  logits, labels = losses.flat_logits_and_labels(logits, labels)
+  num_classes = logits.shape[-1]
+  keep = tf.logical_not(tf.cast(tf.one_hot(labels, num_classes), tf.bool))
+  return tf.reshape(tf.boolean_mask(logits, keep), [-1, num_classes - 1])
+
+
+def not_true_distillation(logits, teacher_logits, labels,
+                          temperature) -> tf.Tensor:
+  """FedNTD's L_NTD: tau^2 * (1/N) sum_n KL(q~^tau(z_g) || q~^tau(z))."""
+  return losses.distillation_kl(not_true_logits(teacher_logits, labels),
+                                not_true_logits(logits, labels), temperature)
+
+
+def fed_ntd_loss(logits, teacher_logits, labels, *, beta, temperature,
+                 ce: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """FedNTD: CE(z, y) + beta * L_NTD (module docstring).
+
+  Args:
+    logits: [..., C] student logits z.
+    teacher_logits: [..., C] logits z_g of the global model.
+    labels: [...] integer true labels y.
+    beta: The weight of the not-true distillation, >= 0.
+    temperature: tau > 0.
+    ce: The cross-entropy term when already computed (the model's own
+      loss); `losses.cross_entropy(logits, labels)` when `None`.
+  """
+  if ce is None:
+    ce = losses.cross_entropy(logits, labels)
+  return ce + beta * not_true_distillation(logits, teacher_logits, labels,
+                                           temperature)
+
+
+def build_ntd_loss(beta: float, temperature: float) -> losses.LossFnBuilder:
+  """FedNTD's `loss_fn_builder`: `fed_ntd_loss`, teacher = broadcast w_t.
+
+  The built `loss_fn(model, batch, output, broadcast, context)` evaluates a
+  teacher copy of the model holding the broadcast weights on the batch and
+  adds beta * L_NTD to `output.loss`.
+  """
+
+  def builder(model_fn):
+    teacher, teacher_weights = losses.teacher_copy(model_fn)
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model, context
+      losses.assign_weights(teacher_weights, ground.model_weights_of(broadcast))
+      x, y = ground.features_and_labels(batch)
+      teacher_logits = teacher.predict_on_batch(x, training=False)
+      return fed_ntd_loss(output.predictions, teacher_logits, y, beta=beta,
+                          temperature=temperature, ce=output.loss)
+
+    return loss_fn
+
+  return builder
+
+
 def fed_ntd_recipe(
     *,
     beta: float = NTD_BETA.default,
@@ -61,7 +125,7 @@ def fed_ntd_recipe(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
 ) -> recipe_lib.RecipeFn:
-  """FedNTD's recipe: FedOpt's round with `losses.build_ntd_loss`.
+  """FedNTD's recipe: FedOpt's round with `build_ntd_loss`.
 
   `recipe.penalized_fed_opt` (model broadcast, mean delta, server
   optimizer) without a penalty; its local objective's loss hook is the
@@ -77,7 +141,7 @@ def fed_ntd_recipe(
       recipe_lib.penalized_fed_opt,
       distributor_fn=tff.learning.templates.build_broadcast_process,
       objective=client_work_lib.LocalObjective(
-          loss_fn_builder=losses.build_ntd_loss(beta, temperature)),
+          loss_fn_builder=build_ntd_loss(beta, temperature)),
       server_optimizer_fn=server_optimizer_fn,
       model_aggregator=model_aggregator)
 

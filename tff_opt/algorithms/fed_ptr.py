@@ -4,9 +4,10 @@ FedPTR (the paper's Algorithms 1-3) pulls each client toward a *projected*
 next global model w~_{t+1} instead of the current one. Server-side FedPTR-S,
 at the start of round t (with w_{t-1} the model it broadcast last round):
 
-1. Trajectory matching (`tff_opt.round.mtt`, Algorithm 1): starting from the kept
-   synthetic set D_syn and step size alpha_syn, `mtt_outer_steps` gradient
-   steps on ||student_N - w_t||^2 / ||w_{t-1} - w_t||^2, student_N being
+1. Trajectory matching (`tff_opt.algorithms.fed_ptr_mtt`, beside this module,
+   Algorithm 1): starting from the kept synthetic set D_syn and step size
+   alpha_syn, `mtt_outer_steps` gradient steps on
+   ||student_N - w_t||^2 / ||w_{t-1} - w_t||^2, student_N being
    w_{t-1} after N = `mtt_inner_steps` SGD steps on D_syn with step alpha_syn.
 2. Projection: w~_{t+1} = w_t after P = `projection_steps` SGD steps on D_syn
    with step alpha_syn.
@@ -100,7 +101,8 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
 - D_syn starts as N(0, 1) noise (stateless, from `seed`) with
   `images_per_class` images of each class, labels fixed; alpha_syn starts at
   `mtt_init_lr`. Every MTT step uses the whole D_syn as one batch and the
-  mean softmax cross-entropy of the model's logits (`tff_opt.round.mtt`).
+  mean softmax cross-entropy of the model's logits
+  (`tff_opt.algorithms.fed_ptr_mtt`).
 - `update_every = k >= 1` runs MTT in the rounds with a previous model whose
   index (counted from the first such round) is a multiple of k; `0` runs it
   once ("one-shot"). Between MTT runs the last D_syn and alpha_syn are kept
@@ -115,7 +117,8 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   (`projection_non_finite` is 1), so one bad MTT run cannot poison the
   clients' penalty.
 - MTT's outer optimizer: SGD with momentum `mtt_momentum` (PyTorch's form,
-  `tff_opt.round.mtt`) on the images and on alpha_syn, 0.5 by default: MTT's
+  `tff_opt.algorithms.fed_ptr_mtt`) on the images and on alpha_syn, 0.5 by
+  default: MTT's
   `torch.optim.SGD(momentum=0.5)`, and the paper sets "the rest of the MTT
   hyper-parameters [...] as the default value in Cazenavette et al.". The
   velocities start at zero in every MTT run (each run matches a new
@@ -130,7 +133,7 @@ tests/test_fed_ptr.py and tests/test_fed_ptr_client.py):
   twice as long.)
 - w_{t-1} is the model this process broadcast in the round before (after a
   rejected round, w_{t-1} = w_t and the matching loss's denominator is
-  floored, see `tff_opt.round.mtt`).
+  floored, see `tff_opt.algorithms.fed_ptr_mtt`).
 - Client side, D_syn's initialisation: slot i of class c holds the i-th
   example of class c in one pass over the client's dataset (its order, so
   a shuffled dataset gives a random pick; with several local epochs an
@@ -198,7 +201,7 @@ paper's Figure 2; 0 until there is a previous projection).
 
 Both sides also report, under `aggregator`, `client_global_cosine`: the
 mean over clients of cos(Delta_k, Delta_bar) between each client's update
-and the round's mean update (`aggregators.ClientCosineFactory`, in one
+and the round's mean update (`ClientCosineFactory`, in one
 aggregation, so that TFF's multi-worker context can split the round; the
 other curve of Figure 2), unless `report_client_cosine=False`.
 """
@@ -215,14 +218,13 @@ import tensorflow_federated as tff
 
 from tff_opt import checks
 from tff_opt import tff_types
+from tff_opt.algorithms import fed_ptr_mtt
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe
-from tff_opt.round import aggregators
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import ground
-from tff_opt.round import mtt
 
 PREVIOUS_PROJECTED_KEY = 'previous_projected_weights'
 HAS_PREVIOUS_PROJECTION_KEY = 'has_previous_projection'
@@ -462,20 +464,20 @@ def _model_shapes(model_fn):
     x_spec, _ = ground.features_and_labels(spec)
     weights = [tf.identity(v) for v in model.trainable_variables]
     x = tf.zeros([1] + x_spec.shape[1:].as_list(), x_spec.dtype)
-    logits = mtt.forward_from_model_fn(model_fn)(weights, x)
+    logits = fed_ptr_mtt.forward_from_model_fn(model_fn)(weights, x)
     return (tuple(x_spec.shape[1:].as_list()), x_spec.dtype,
             int(logits.shape[-1]))
 
 
 def _guarded_distill(forward, previous, current, images, labels, lr, *,
                      outer_steps, inner_steps, image_lr, lr_lr, momentum):
-  """`mtt.distill`, rejected when it diverges (see the module docstring).
+  """`fed_ptr_mtt.distill`, rejected when it diverges (module docstring).
 
   Returns:
     `(images, lr, last matching loss (float32), rejected (int32 0/1))`; a
     rejected run returns the images and step size it started from.
   """
-  new_images, new_lr, _, last_loss = mtt.distill(
+  new_images, new_lr, _, last_loss = fed_ptr_mtt.distill(
       forward, previous, current, images, labels, lr,
       outer_steps=outer_steps, inner_steps=inner_steps, image_lr=image_lr,
       lr_lr=lr_lr, momentum=momentum)
@@ -492,7 +494,7 @@ def _guarded_projection(forward, current, images, labels, lr,
   """w~_{t+1} (w_t without a previous model or if non-finite), finite flag."""
   projected = tf.cond(
       has_previous,
-      lambda: mtt.train_steps(forward, current, images, labels, lr,
+      lambda: fed_ptr_mtt.train_steps(forward, current, images, labels, lr,
                               projection_steps),
       lambda: [tf.identity(c) for c in current])
   finite = checks.all_finite(projected)
@@ -563,8 +565,8 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
 
   @tff.tensorflow.computation(state_type, weights_type)
   def server_step(state, weights):
-    forward = mtt.forward_from_model_fn(model_fn)
-    labels = mtt.synthetic_labels(num_classes, images_per_class)
+    forward = fed_ptr_mtt.forward_from_model_fn(model_fn)
+    labels = fed_ptr_mtt.synthetic_labels(num_classes, images_per_class)
     current = list(weights.trainable)
     previous = list(state[ground.PREVIOUS_MODEL_KEY])
     has_previous = state[ground.HAS_PREVIOUS_KEY]
@@ -723,8 +725,8 @@ def _client_prepare(model_fn, *, images_per_class, mtt_outer_steps,
   input_shape, input_dtype, num_classes = _model_shapes(model_fn)
 
   def prepare(client_input, dataset):
-    forward = mtt.forward_from_model_fn(model_fn)
-    labels = mtt.synthetic_labels(num_classes, images_per_class)
+    forward = fed_ptr_mtt.forward_from_model_fn(model_fn)
+    labels = fed_ptr_mtt.synthetic_labels(num_classes, images_per_class)
     broadcast, state = client_input.broadcast, client_input.client_state
     current = list(broadcast.model_weights.trainable)
     previous = list(broadcast.previous_model_weights.trainable)
@@ -813,6 +815,121 @@ def _delta_only(update):
   return update[ground.DELTA_KEY]
 
 
+CLIENT_COSINE_KEY = 'client_global_cosine'
+INNER_MEASUREMENTS_KEY = 'inner'
+
+
+def _flat_float(structure) -> tf.Tensor:
+  return tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
+                    for t in tf.nest.flatten(structure)], 0)
+
+
+class ClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
+  """Reports the mean cosine between client updates and their aggregate.
+
+  Wraps any weighted aggregation factory whose result has the clients'
+  value type (e.g. the default `MeanFactory`) and reports, within the same
+  round, how well each client's update agrees with the aggregate (the
+  FedPTR paper's Figure 2):
+
+      Delta_bar = inner aggregate of the Delta_k (broadcast back to clients)
+      client_global_cosine
+          = (1/K') sum_{k: weight_k > 0} cos(Delta_k, Delta_bar)
+
+  a plain (unweighted) mean over the K' clients with a positive weight
+  (clients whose update was dropped, e.g. non-finite, do not count; 0 when
+  none took part). cos(a, b) is taken over all entries of the update
+  flattened into one vector, and is 0 when either norm is 0. With a plain
+  server SGD step Delta_bar is the realised global update w_t - w_{t+1} up
+  to the server learning rate, which does not change a cosine. It is
+  computed in ONE aggregation, beside the inner one, as
+
+      (1/K') sum_k cos(Delta_k, Delta_bar)
+          = <sum_k Delta_k / |Delta_k|, Delta_bar> / (K' |Delta_bar|)
+
+  (each client sends its unit update and a 1; the server takes the dot
+  product with the aggregate), not by broadcasting Delta_bar back and summing
+  the clients' cosines: that second sum would depend on the first aggregate,
+  which TFF 0.87's multi-worker context (`--workers`; its mergeable-
+  computation compiler) refuses ("Detected one aggregate dependent on
+  another"). The two agree up to float rounding; the cost is one more
+  model-sized sum instead of one more model-sized broadcast.
+
+  The result and state are those of the inner process; the measurements
+  are `{'inner': inner measurements, 'client_global_cosine': float32}`.
+  """
+
+  def __init__(
+      self,
+      inner: tff.aggregators.WeightedAggregationFactory | None = None):
+    """Wraps `inner` (`tff.aggregators.MeanFactory()` when `None`).
+
+    Args:
+      inner: A weighted aggregation factory whose result has the type of
+        the clients' values.
+
+    Raises:
+      TypeError: If `inner` is not a `WeightedAggregationFactory`.
+    """
+    if inner is None:
+      inner = tff.aggregators.MeanFactory()
+    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
+      raise TypeError('inner must be a tff.aggregators.'
+                      f'WeightedAggregationFactory, got {inner!r}.')
+    self._inner = inner
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    """Creates the wrapped `AggregationProcess`.
+
+    Raises:
+      TypeError: If the inner result's type is not `value_type`.
+    """
+    inner_process = self._inner.create(value_type, weight_type)
+    result_type = inner_process.next.type_signature.result.result.member
+    if not result_type.is_equivalent_to(value_type):
+      raise TypeError('ClientCosineFactory needs an inner aggregate of the '
+                      f'clients\' value type {value_type}, got {result_type}.')
+
+    @tff.tensorflow.computation(value_type, weight_type)
+    def unit_update(value, weight):
+      a = _flat_float(value)
+      norm = tf.norm(a)
+      took_part = tf.cast(weight > 0, tf.float32)
+      unit = tf.where(norm > 0.0, a / tf.maximum(norm, 1e-30),
+                      tf.zeros_like(a))
+      return collections.OrderedDict(unit_sum=unit * took_part,
+                                     count=took_part)
+
+    @tff.tensorflow.computation(unit_update.type_signature.result,
+                                value_type)
+    def mean_cosine(sums, aggregate):
+      b = _flat_float(aggregate)
+      norm = tf.norm(b)
+      dot = tf.reduce_sum(sums['unit_sum'] * b)
+      return tf.where(
+          tf.logical_and(sums['count'] > 0.0, norm > 0.0),
+          dot / tf.maximum(norm, 1e-30) / tf.maximum(sums['count'], 1.0),
+          0.0)
+
+    @tff.federated_computation(
+        inner_process.initialize.type_signature.result,
+        tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      inner_output = inner_process.next(state, value, weight)
+      sums = tff.federated_sum(tff.federated_map(unit_update, (value, weight)))
+      measurements = tff.federated_zip(collections.OrderedDict([
+          (INNER_MEASUREMENTS_KEY, inner_output.measurements),
+          (CLIENT_COSINE_KEY, tff.federated_map(
+              mean_cosine, (sums, inner_output.result))),
+      ]))
+      return tff.templates.MeasuredProcessOutput(
+          inner_output.state, inner_output.result, measurements)
+
+    return tff.templates.AggregationProcess(inner_process.initialize,
+                                            next_fn)
+
+
 def build_fed_ptr(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     *,
@@ -865,7 +982,7 @@ def build_fed_ptr(
       0.5 by default; 0 is plain gradient descent).
     seed: Seed of the initial noise images.
     report_client_cosine: Wrap the delta aggregator in
-      `aggregators.ClientCosineFactory`, reporting the mean cosine between
+      `ClientCosineFactory`, reporting the mean cosine between
       the clients' updates and their mean (`aggregator/
       client_global_cosine`).
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
@@ -899,7 +1016,7 @@ def build_fed_ptr(
                               layer_adaptive=layer_adaptive,
                               layer_groups=trainable_layer_groups(model_fn))
   if report_client_cosine:
-    model_aggregator = aggregators.ClientCosineFactory(model_aggregator)
+    model_aggregator = ClientCosineFactory(model_aggregator)
   mtt_settings = dict(
       images_per_class=images_per_class, mtt_outer_steps=mtt_outer_steps,
       mtt_inner_steps=mtt_inner_steps, projection_steps=projection_steps,

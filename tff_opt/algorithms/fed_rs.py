@@ -8,8 +8,8 @@ cross-entropy of the restricted softmax
     L = CE(s * z, y),   s_c = 1 if c in C_k, alpha otherwise
 
 so that the classes it never sees are pushed down less
-(`tff_opt.round.losses.fed_rs_loss`, where the choices are written down:
-the whole logit w_c . h + b_c is scaled, the hard 1/alpha form). The client
+(`fed_rs_loss`, notation of `tff_opt.round.losses`; the choice is written
+down below). The client
 learns C_k in a pre-pass over its data (`losses.label_proportions`, as the
 client's statistics: they never leave it). The server averages the deltas
 by example count (the authors' code weighs each client by its number of
@@ -17,6 +17,19 @@ examples; uniform is an option) and applies its server optimizer, as FedOpt
 does (SGD with learning rate 1 is FedAvg). alpha = 1, or a client holding
 every class, is FedAvg. Evaluation uses the model's own (unrestricted)
 logits.
+
+Choice written down (tested in `tests/test_losses.py`): FedRS scales the
+whole logit z_c = w_c . h + b_c of a missing class. The paper writes the
+restricted softmax for a final layer without bias,
+exp(alpha_c w_c . h) / sum_j exp(alpha_j w_j . h), i.e. it scales the
+classifier's weight vector w_c; for a bias-free final layer the two are
+the same, and with a bias this scales the augmented vector (w_c, b_c)
+acting on (h, 1). Only logits are visible to a loss hook (any
+`VariableModel`), hence this form. A class is held when the client's label
+statistics give it a positive share; the hard 1/alpha choice is the
+paper's (and the FedADC paper's description); the authors' FedRepo code
+also has a proportional variant, alpha + (1 - alpha) * n_c / max_j n_j,
+which is not used.
 
 Settings of the FedADC paper (Ozfatura et al., Section IV-A1): alpha = 0.5
 (the default here) and local momentum 0.9 (the client optimizer's,
@@ -36,6 +49,7 @@ from tff_opt.algorithms import _common
 from tff_opt.algorithms import hparams
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_work as client_work_lib
+from tff_opt.round import ground
 from tff_opt.round import losses
 
 
@@ -52,6 +66,52 @@ SPEC = hparams.Spec(
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)  # FedAvg's.
 
 
+def restricted_logits(logits, present, alpha) -> tf.Tensor:
+  """FedRS's s * z: logits of the classes not `present` scaled by alpha.
+
+  Args:
+    logits: [..., C] logits z.
+    present: [C] bool, the classes the client holds.
+    alpha: The scale of the other classes, in [0, 1].
+  """
+  logits = tf.convert_to_tensor(logits)
+  scale = tf.where(tf.cast(present, tf.bool), tf.ones([], logits.dtype),
+                   tf.cast(alpha, logits.dtype))
+  return logits * scale
+
+
+def present_classes(label_stats) -> tf.Tensor:
+  """[C] bool: the classes with a positive count (or share) in the stats."""
+  return tf.convert_to_tensor(label_stats) > 0
+
+
+def fed_rs_loss(logits, labels, present, *, alpha) -> tf.Tensor:
+  """FedRS: CE(s * z, y), s_c = 1 for the `present` classes, else alpha."""
+  return losses.cross_entropy(restricted_logits(logits, present, alpha), labels)
+
+
+def build_restricted_softmax_loss(alpha: float) -> losses.LossFnBuilder:
+  """FedRS's `loss_fn_builder`: `fed_rs_loss` on the client's classes.
+
+  The classes the client holds are read from `context['client_stats']`, a
+  [C] vector of its label counts or shares (`present_classes`), which the
+  recipe's `client_stats_fn` computes in a pre-pass over its data.
+  """
+
+  def builder(model_fn):
+    del model_fn
+
+    def loss_fn(model, batch, output, broadcast, context):
+      del model, broadcast
+      _, y = ground.features_and_labels(batch)
+      present = present_classes(context[ground.CLIENT_STATS_KEY])
+      return fed_rs_loss(output.predictions, y, present, alpha=alpha)
+
+    return loss_fn
+
+  return builder
+
+
 def fed_rs_recipe(
     *,
     alpha: float = FEDRS_ALPHA.default,
@@ -64,7 +124,7 @@ def fed_rs_recipe(
 
   `recipe.penalized_fed_opt` (model broadcast, mean delta, server
   optimizer) without a penalty; the local objective's loss hook is
-  `losses.build_restricted_softmax_loss(alpha)` and its client statistics
+  `build_restricted_softmax_loss(alpha)` and its client statistics
   the client's label proportions over `num_classes` classes.
 
   Args:
@@ -82,7 +142,7 @@ def fed_rs_recipe(
       recipe_lib.penalized_fed_opt,
       distributor_fn=tff.learning.templates.build_broadcast_process,
       objective=client_work_lib.LocalObjective(
-          loss_fn_builder=losses.build_restricted_softmax_loss(alpha),
+          loss_fn_builder=build_restricted_softmax_loss(alpha),
           client_stats_fn=functools.partial(losses.label_proportions,
                                             num_classes=num_classes)),
       server_optimizer_fn=server_optimizer_fn,

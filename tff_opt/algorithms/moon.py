@@ -5,7 +5,7 @@ Round t broadcasts w_t. Client i, starting from w_t, takes its local steps
 
     CE(f(x; w), y) + mu * l_con(z, z_glob, z_prev)
 
-(`tff_opt.round.contrastive`: z, z_glob and z_prev the projection-head
+(`tff_opt.algorithms.moon_contrastive`: z, z_glob and z_prev the projection-head
 outputs of the local model, of w_t and of the client's previous local
 model w_i^{t-1}, l_con = -log(e^{sim(z, z_glob)/tau} / (e^{sim(z,
 z_glob)/tau} + e^{sim(z, z_prev)/tau})), sim the cosine similarity), sends
@@ -20,7 +20,7 @@ The FedADC paper's settings (Ozfatura et al., Section IV-A2): tau = 0.5
 CIFAR-10 example uses mu = 5), client learning rate 0.01 and weight decay
 1e-5, and a projection head, a 2-layer MLP with 256 outputs, on the CNNs
 (`tasks.models_zoo`'s '<model>_proj' models; the model contract is
-`contrastive.projection_model`'s: a Keras layer named 'projection').
+`moon_contrastive.projection_model`'s: a Keras layer named 'projection').
 
 Choices written down (and tested):
 - Client state: `{'initialized': bool, 'previous_model': the trainable
@@ -59,10 +59,10 @@ import tensorflow_federated as tff
 from tff_opt import tff_types
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import hparams
+from tff_opt.algorithms import moon_contrastive
 from tff_opt.algorithms import recipe as recipe_lib
 from tff_opt.round import client_states
 from tff_opt.round import client_work as client_work_lib
-from tff_opt.round import contrastive
 from tff_opt.round import finalizers
 from tff_opt.round import ground
 
@@ -118,7 +118,7 @@ def moon_recipe(
   """MOON's recipe (see the module docstring), for `recipe.assemble`.
 
   The distributor broadcasts w_t (paired at each client with its state);
-  the local objective's loss is `contrastive.moon_loss` with the previous
+  the local objective's loss is `moon_contrastive.moon_loss` with the previous
   model read from the client state (`previous_trainable`); the aggregator
   is the weighted mean of the deltas and the finalizer the server
   optimizer's step (FedAvg's with SGD at learning rate 1); the client keeps
@@ -148,7 +148,7 @@ def moon_recipe(
         finalizer_fn=lambda _: (
             finalizers.apply_optimizer(server_optimizer_fn, weights_type)),
         objective=client_work_lib.LocalObjective(
-            loss_fn_builder=contrastive.moon_loss(
+            loss_fn_builder=moon_contrastive.moon_loss(
                 mu, temperature, previous_trainable)),
         initial_client_state=initial_client_state,
         client_state_update=_client_state_update)
@@ -173,7 +173,7 @@ def build_moon(
       `tff.learning.models.VariableModel` made by
       `tff.learning.models.from_keras_model`, whose Keras model has a layer
       named 'projection' (the representation z; see
-      `contrastive.projection_model`) and whose loss is the supervised loss
+      `moon_contrastive.projection_model`) and whose loss is the supervised loss
       (cross-entropy).
     mu: The weight of the model-contrastive loss, >= 0 (0 is FedAvg; the
       FedADC paper searches [1, 5]).
@@ -197,6 +197,6 @@ def build_moon(
   """
   recipe_fn = moon_recipe(mu=mu, temperature=temperature,
                           server_optimizer_fn=server_optimizer_fn)
-  contrastive.check_projection_layer(model_fn)
+  moon_contrastive.check_projection_layer(model_fn)
   return recipe_lib.assemble(model_fn, recipe_fn, client_optimizer_fn,
                              client_weighting, client_lr_schedule)

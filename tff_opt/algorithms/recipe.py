@@ -44,9 +44,9 @@ after the algorithm's own finalizer (never through a server optimizer).
 Every algorithm assembled here gets this (FedOpt with every server
 optimizer, FedProx, FedFOR, FedCurv, SCAFFOLD, FedDyn, FedADC(+), SlowMo,
 FedPTR(-S); FedPTR's trajectory matching cannot run a BN model at all,
-`round/mtt.py`, so there it only matters for non-trainables no forward
-pass changes); a recipe names the non-trainables that stay on the clients
-in `local_non_trainables` (FedBN: its BN statistics). Choices:
+`algorithms/fed_ptr_mtt.py`, so there it only matters for non-trainables no
+forward pass changes); a recipe names the non-trainables that stay on the
+clients in `local_non_trainables` (FedBN: its BN statistics). Choices:
 - A round the finalizer rejects (`update_non_finite` = 1) keeps the global
   non-trainables too; so does a round in which no client took part (total
   weight 0) and one whose mean is not finite.

@@ -7,7 +7,7 @@ from x_t, takes its K local steps (its local epochs over its batches)
     x <- x - eta (g(x) - c_i + c)
 
 (the correction c - c_i is constant within the round, so it is the linear
-penalty <x, c - c_i> of `penalties.linear_correction`), then
+penalty <x, c - c_i> of `linear_correction`), then
 
     c_i+ = c_i - c + (x_t - x_K) / (K eta),   Delta c_i = c_i+ - c_i,
 
@@ -37,7 +37,7 @@ Choices written down (and tested):
 
 import collections
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -53,8 +53,9 @@ from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
-from tff_opt.round import penalties
 
+# The finalizer-state and client-state key of c and c_i.
+CONTROL_VARIATE_KEY = 'control_variate'
 CONTROL_DELTA_KEY = 'control_delta'
 
 
@@ -65,6 +66,51 @@ SPEC = hparams.Spec(
              'training clients; server optimizer from --server_opt'),
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
     task_facts=('num_clients',))
+
+
+class ControlVariate(NamedTuple):
+  """SCAFFOLD's broadcast (`algorithms/scaffold.py`)."""
+  model_weights: Any
+  control_variate: Any  # The server's c, shaped like the trainables.
+
+
+def _sum(tensors) -> tf.Tensor:
+  return tf.add_n([tf.reduce_sum(t) for t in tensors])
+
+
+def linear_correction(weights, broadcast, *, learning_rate) -> tf.Tensor:
+  """SCAFFOLD's drift correction as a penalty: <w, c - c_i>.
+
+  Its gradient c - c_i is constant within a round, so a local SGD step
+  w <- w - eta (g + c - c_i) is Karimireddy et al.'s corrected step. c is
+  the broadcast's `control_variate`; c_i is the client's own control variate
+  (`client_state['control_variate']`), or c when the client has none yet
+  (`client_state['initialized']` false).
+
+  Args:
+    weights: The trainable variables, in model order.
+    broadcast: A `ground.ClientInput` of a `ControlVariate` and the
+      client's state.
+    learning_rate: Unused.
+
+  Returns:
+    A scalar tensor.
+  """
+  del learning_rate
+  c = broadcast.broadcast.control_variate
+  c_i = effective_client_control_variate(broadcast)
+  return _sum([w * (a - b) for w, a, b in zip(weights, c, c_i)])
+
+
+def effective_client_control_variate(broadcast):
+  """c_i, or the server's c for a client seen for the first time (of a
+  `ground.ClientInput` of a `ControlVariate`)."""
+  state = broadcast.client_state
+  c = broadcast.broadcast.control_variate
+  return [
+      tf.where(state[ground.INITIALIZED_KEY], own, server)
+      for own, server in zip(state[CONTROL_VARIATE_KEY], c)
+  ]
 
 
 def _control_delta(model, dataset, broadcast, *, delta, num_steps,
@@ -81,10 +127,10 @@ def _control_delta(model, dataset, broadcast, *, delta, num_steps,
 
 
 def _client_state_update(client_input, update):
-  c_i = penalties.effective_client_control_variate(client_input)
+  c_i = effective_client_control_variate(client_input)
   return collections.OrderedDict([
       (ground.INITIALIZED_KEY, tf.constant(True)),
-      (penalties.CONTROL_VARIATE_KEY,
+      (CONTROL_VARIATE_KEY,
        [a + b for a, b in zip(c_i, update[CONTROL_DELTA_KEY])]),
   ])
 
@@ -135,7 +181,7 @@ def scaffold_recipe(
   The finalizer applies the server optimizer to the mean delta and keeps c
   beside it (`finalizers.apply_optimizer_with_extras`); the distributor
   broadcasts (x, c); the clients take the corrected steps
-  (`penalties.linear_correction`), report Delta c_i with their delta
+  (`linear_correction`), report Delta c_i with their delta
   (`_control_delta`, summed by `aggregators.mean_delta_sum_rest`) and keep
   c_i+.
 
@@ -152,11 +198,11 @@ def scaffold_recipe(
     _common.check_server_optimizer(server_optimizer_fn)
     zeros = tff_types.zeros_of(weights_type.trainable)
     vector_type = tff_types.type_of(zeros)
-    broadcast_type = tff_types.named_tuple_type(penalties.ControlVariate,
+    broadcast_type = tff_types.named_tuple_type(ControlVariate,
                                                 weights_type, vector_type)
     initial_client_state = collections.OrderedDict([
         (ground.INITIALIZED_KEY, np.bool_(False)),
-        (penalties.CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
+        (CONTROL_VARIATE_KEY, tff_types.zeros_of(vector_type)),
     ])
 
     def update_extras(extras, aggregate):
@@ -165,9 +211,9 @@ def scaffold_recipe(
       else:
         n = tf.constant(float(num_clients))
       total = aggregate[aggregators.SUMS_KEY][CONTROL_DELTA_KEY]
-      return collections.OrderedDict([(penalties.CONTROL_VARIATE_KEY, [
+      return collections.OrderedDict([(CONTROL_VARIATE_KEY, [
           c + tf.math.divide_no_nan(s, n)
-          for c, s in zip(extras[penalties.CONTROL_VARIATE_KEY], total)
+          for c, s in zip(extras[CONTROL_VARIATE_KEY], total)
       ])])
 
     def finalizer_fn(aggregate_type):
@@ -176,15 +222,15 @@ def scaffold_recipe(
           weights_type,
           aggregate_type,
           initial_extras=collections.OrderedDict([
-              (penalties.CONTROL_VARIATE_KEY, zeros)]),
+              (CONTROL_VARIATE_KEY, zeros)]),
           update_extras=update_extras)
 
     def distributor_fn(finalizer_state_type):
       return distributors.with_finalizer_state(
           weights_type, finalizer_state_type,
-          lambda weights, state: penalties.ControlVariate(
+          lambda weights, state: ControlVariate(
               weights,
-              state[finalizers.EXTRAS_KEY][penalties.CONTROL_VARIATE_KEY]))
+              state[finalizers.EXTRAS_KEY][CONTROL_VARIATE_KEY]))
 
     return recipe_lib.Recipe(
         work_broadcast_type=client_states.client_broadcast_type(
@@ -193,7 +239,7 @@ def scaffold_recipe(
         aggregator_fn=aggregators.mean_delta_sum_rest,
         finalizer_fn=finalizer_fn,
         objective=client_work_lib.LocalObjective(
-            penalty=penalties.linear_correction),
+            penalty=linear_correction),
         passes=client_work_lib.ClientPasses(report_fn=_control_delta),
         initial_client_state=initial_client_state,
         client_state_update=_client_state_update)

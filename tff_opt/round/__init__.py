@@ -1,14 +1,15 @@
 """The four slots of a federated round, and how they are put together.
 
 Every algorithm in this package is one round with four slots filled
-differently (the project's `ARCHITECTURE.md`, "The one idea"). The modules here are those
-slots:
+differently (the project's `ARCHITECTURE.md`, "The one idea"). The modules
+here are those slots' pieces that several algorithms (or the program layer)
+share; a piece of one algorithm lives with it in `tff_opt.algorithms`:
 
 | slot | modules |
 |---|---|
 | broadcast: what the server sends | `distributors` |
-| local objective: the loss on a client | `penalties` (FedProx, FedFOR, FedCurv, FedPTR, FedDyn), `fisher` (FedCurv's diag(F)), `mtt` (FedPTR's trajectory matching) |
-| local work: how a client trains | `client_work` (the one local-training loop, with a `LocalObjective` and `ClientPasses`), `momentum` (FedADC's step modifier), `schedules` (client learning-rate decay) |
+| local objective: the loss on a client | `penalties` (FedProx's proximal term, and the form every penalty takes), `losses` (the pieces of the losses that replace the model's) |
+| local work: how a client trains | `client_work` (the one local-training loop, with a `LocalObjective` and `ClientPasses`), `stacked_training` (a group of clients as one computation), `schedules` (client learning-rate decay) |
 | report and server update | `aggregators`, `finalizers`, `optimizers` (the server optimizers of Reddi et al., Algorithm 2) |
 
 and what composes them into a process: `composers`

@@ -13,33 +13,6 @@ v = sum_k F_k * w_k; SCAFFOLD's sum_k Delta c_k), and reports the number of
 clients that took part (those with a positive weight) so a finalizer can
 turn sums into means.
 
-`ClientCosineFactory` wraps any weighted aggregation factory whose result
-has the clients' value type (e.g. the default `MeanFactory`) and reports,
-within the same round, how well each client's update agrees with the
-aggregate (the FedPTR paper's Figure 2):
-
-    Delta_bar = inner aggregate of the Delta_k (broadcast back to clients)
-    client_global_cosine = (1/K') sum_{k: weight_k > 0} cos(Delta_k, Delta_bar)
-
-a plain (unweighted) mean over the K' clients with a positive weight
-(clients whose update was dropped, e.g. non-finite, do not count; 0 when
-none took part). cos(a, b) is taken over all entries of the update
-flattened into one vector, and is 0 when either norm is 0. With a plain
-server SGD step Delta_bar is the realised global update w_t - w_{t+1} up
-to the server learning rate, which does not change a cosine. It is
-computed in ONE aggregation, beside the inner one, as
-
-    (1/K') sum_k cos(Delta_k, Delta_bar)
-        = <sum_k Delta_k / |Delta_k|, Delta_bar> / (K' |Delta_bar|)
-
-(each client sends its unit update and a 1; the server takes the dot
-product with the aggregate), not by broadcasting Delta_bar back and summing
-the clients' cosines: that second sum would depend on the first aggregate,
-which TFF 0.87's multi-worker context (`--workers`; its mergeable-
-computation compiler) refuses ("Detected one aggregate dependent on
-another"). The two agree up to float rounding; the cost is one more
-model-sized sum instead of one more model-sized broadcast.
-
 `with_non_trainable_mean` puts the model's non-trainable variables (batch
 norm's moving mean and variance) beside any weighted aggregator: each
 client sends its values after local training with its update, the inner
@@ -128,94 +101,6 @@ def mean_delta_sum_rest(
                                                mean_output.measurements)
 
   return tff.templates.AggregationProcess(mean_process.initialize, next_fn)
-
-
-CLIENT_COSINE_KEY = 'client_global_cosine'
-INNER_MEASUREMENTS_KEY = 'inner'
-
-
-def _flat_float(structure) -> tf.Tensor:
-  return tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
-                    for t in tf.nest.flatten(structure)], 0)
-
-
-class ClientCosineFactory(tff.aggregators.WeightedAggregationFactory):
-  """Reports the mean cosine between client updates and their aggregate.
-
-  See the module docstring. The result and state are those of the inner
-  process; the measurements are `{'inner': inner measurements,
-  'client_global_cosine': float32}`.
-  """
-
-  def __init__(
-      self,
-      inner: tff.aggregators.WeightedAggregationFactory | None = None):
-    """Wraps `inner` (`tff.aggregators.MeanFactory()` when `None`).
-
-    Args:
-      inner: A weighted aggregation factory whose result has the type of
-        the clients' values.
-
-    Raises:
-      TypeError: If `inner` is not a `WeightedAggregationFactory`.
-    """
-    if inner is None:
-      inner = tff.aggregators.MeanFactory()
-    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
-      raise TypeError('inner must be a tff.aggregators.'
-                      f'WeightedAggregationFactory, got {inner!r}.')
-    self._inner = inner
-
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
-    """Creates the wrapped `AggregationProcess`.
-
-    Raises:
-      TypeError: If the inner result's type is not `value_type`.
-    """
-    inner_process = self._inner.create(value_type, weight_type)
-    result_type = inner_process.next.type_signature.result.result.member
-    if not result_type.is_equivalent_to(value_type):
-      raise TypeError('ClientCosineFactory needs an inner aggregate of the '
-                      f'clients\' value type {value_type}, got {result_type}.')
-
-    @tff.tensorflow.computation(value_type, weight_type)
-    def unit_update(value, weight):
-      a = _flat_float(value)
-      norm = tf.norm(a)
-      took_part = tf.cast(weight > 0, tf.float32)
-      unit = tf.where(norm > 0.0, a / tf.maximum(norm, 1e-30),
-                      tf.zeros_like(a))
-      return collections.OrderedDict(unit_sum=unit * took_part,
-                                     count=took_part)
-
-    @tff.tensorflow.computation(unit_update.type_signature.result,
-                                value_type)
-    def mean_cosine(sums, aggregate):
-      b = _flat_float(aggregate)
-      norm = tf.norm(b)
-      dot = tf.reduce_sum(sums['unit_sum'] * b)
-      return tf.where(
-          tf.logical_and(sums['count'] > 0.0, norm > 0.0),
-          dot / tf.maximum(norm, 1e-30) / tf.maximum(sums['count'], 1.0),
-          0.0)
-
-    @tff.federated_computation(
-        inner_process.initialize.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      inner_output = inner_process.next(state, value, weight)
-      sums = tff.federated_sum(tff.federated_map(unit_update, (value, weight)))
-      measurements = tff.federated_zip(collections.OrderedDict([
-          (INNER_MEASUREMENTS_KEY, inner_output.measurements),
-          (CLIENT_COSINE_KEY, tff.federated_map(
-              mean_cosine, (sums, inner_output.result))),
-      ]))
-      return tff.templates.MeasuredProcessOutput(
-          inner_output.state, inner_output.result, measurements)
-
-    return tff.templates.AggregationProcess(inner_process.initialize,
-                                            next_fn)
 
 
 def _sum_dtype(dtype: tf.DType) -> tf.DType:

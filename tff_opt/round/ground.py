@@ -64,8 +64,8 @@ class ServerState(NamedTuple):
 # What the clients receive. FedOpt's broadcast is the `ModelWeights` alone.
 # An algorithm that broadcasts more defines its broadcast as a NamedTuple
 # whose first field is `model_weights` (FedCurv's `fed_curv.Broadcast`,
-# SCAFFOLD's, FedADC's `momentum.Broadcast`, ...), so that its penalty reads
-# `broadcast.fisher_sum`, not a key spelled in two modules.
+# SCAFFOLD's, FedADC's `fed_adc_momentum.Broadcast`, ...), so that its
+# penalty reads `broadcast.fisher_sum`, not a key spelled in two modules.
 
 
 class TwoModels(NamedTuple):

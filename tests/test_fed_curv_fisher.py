@@ -1,4 +1,5 @@
-"""FedCurv's one-pass Fisher diagonal (`tff_opt/round/fisher.py`) is exact.
+"""FedCurv's one-pass Fisher diagonal (`tff_opt/algorithms/fed_curv_fisher.py`)
+is exact.
 
 The fast path must give the numbers of one gradient pass per example
 (`fed_curv._per_example_fisher`, the fallback) on the models it supports,
@@ -13,7 +14,7 @@ import tensorflow_federated as tff
 from tasks import emnist
 from tff_opt import layers
 from tff_opt.algorithms import fed_curv
-from tff_opt.round import fisher
+from tff_opt.algorithms import fed_curv_fisher
 
 CE = tf.keras.losses.SparseCategoricalCrossentropy
 
@@ -44,7 +45,7 @@ def _assert_close(got, want, rtol=1e-5):
 
 
 def _fast_equals_loop(model, dataset, batch_size=3):
-  assert fisher.is_supported(model)
+  assert fed_curv_fisher.is_supported(model)
   fast = fed_curv.empirical_fisher_diagonal(model, dataset,
                                             batch_size=batch_size)
   _assert_close(fast, fed_curv._per_example_fisher(model, dataset))  # pylint: disable=protected-access
@@ -123,7 +124,7 @@ def test_dense_model_matches_numpy_per_example_gradients(dropout):
       tf.keras.layers.Dense(4),
   ]), (2, 3))
   x, y, dataset = _dataset((2, 3), 4, 9, seed=10)
-  assert fisher.is_supported(model)
+  assert fed_curv_fisher.is_supported(model)
   got = fed_curv.empirical_fisher_diagonal(model, dataset.repeat(2),
                                            batch_size=4)
   weights = [v.numpy().astype(np.float64) for v in model.trainable_variables]
@@ -138,7 +139,7 @@ def test_chunked_in_tf_function_matches_loop(monkeypatch):
   _, _, dataset = _dataset((7, 8, 2), 5, 10, seed=12)
   want = fed_curv._per_example_fisher(model, dataset)  # pylint: disable=protected-access
   # A budget of 200 elements: chunks of at most 2 examples (tf.while_loop).
-  monkeypatch.setattr(fisher, 'ELEMENT_BUDGET', 200)
+  monkeypatch.setattr(fed_curv_fisher, 'ELEMENT_BUDGET', 200)
   got = tf.function(lambda: fed_curv.empirical_fisher_diagonal(
       model, dataset, batch_size=8))()
   _assert_close(got, want)
@@ -186,8 +187,8 @@ def _nested_model():
     _nested_model])
 def test_unsupported_models_fall_back(make_model):
   model = _wrap(make_model(), (4,))
-  assert not fisher.is_supported(model)
-  assert fisher.keras_chain(model) is None
+  assert not fed_curv_fisher.is_supported(model)
+  assert fed_curv_fisher.keras_chain(model) is None
 
 
 def _numpy_batch_norm_fisher(keras_model, x, y):
@@ -225,7 +226,7 @@ def test_batch_norm_model_takes_the_loop_and_equals_it():
   bn.moving_variance.assign(rng.uniform(0.5, 2.0, size=5).astype(np.float32))
   model = _wrap(keras_model, (4,))
   x, y, dataset = _dataset((4,), 3, 5, seed=14)
-  assert not fisher.is_supported(model)
+  assert not fed_curv_fisher.is_supported(model)
   got = fed_curv.empirical_fisher_diagonal(model, dataset)
   _assert_close(got, _numpy_batch_norm_fisher(keras_model, x, y), rtol=1e-5)
   # The loop ran one forward pass per example: it counted each once.
@@ -240,9 +241,9 @@ def test_variable_model_without_keras_falls_back():
   keras_model = tf.keras.Sequential([tf.keras.layers.InputLayer((4,)),
                                      tf.keras.layers.Dense(3)])
   supported = _wrap(keras_model, (4,))
-  assert fisher.is_supported(supported)
+  assert fed_curv_fisher.is_supported(supported)
   subclass = Wrapped(keras_model, supported.input_spec, [CE()], [1.0], [])
-  assert not fisher.is_supported(subclass)
+  assert not fed_curv_fisher.is_supported(subclass)
 
 
 def test_batch_size_must_be_positive():

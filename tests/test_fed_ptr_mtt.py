@@ -1,4 +1,5 @@
-"""Trajectory matching (tff_opt/round/mtt.py): descent and exact unrolled gradients."""
+"""Trajectory matching (tff_opt/algorithms/fed_ptr_mtt.py): descent and exact
+unrolled gradients."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import tiny
-from tff_opt.round import mtt
+from tff_opt.algorithms import fed_ptr_mtt
 
 INNER_STEPS = 3
 
@@ -29,14 +30,14 @@ def _run_distill(outer_steps):
   rng = np.random.default_rng(0)
   x0 = rng.normal(size=(2 * tiny.NUM_CLASSES, tiny.NUM_FEATURES))
   with tf.Graph().as_default():
-    forward = mtt.forward_from_model_fn(tiny.model_fn)
-    y = mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
-    result = mtt.distill(
+    forward = fed_ptr_mtt.forward_from_model_fn(tiny.model_fn)
+    y = fed_ptr_mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
+    result = fed_ptr_mtt.distill(
         forward, [tf.constant(w, tf.float32) for w in start],
         [tf.constant(w, tf.float32) for w in target],
         tf.constant(x0, tf.float32), y, 0.1, outer_steps=outer_steps,
         inner_steps=INNER_STEPS, image_lr=1.0, lr_lr=0.01)
-    final_loss = mtt.matching_loss(
+    final_loss = fed_ptr_mtt.matching_loss(
         forward, [tf.constant(w, tf.float32) for w in start],
         [tf.constant(w, tf.float32) for w in target], result[0], y, result[1],
         INNER_STEPS)
@@ -56,18 +57,18 @@ def test_unrolled_gradient_matches_finite_differences():
   start, target = _trajectory(seed=3)
   rng = np.random.default_rng(5)
   x = rng.normal(size=(2 * tiny.NUM_CLASSES, tiny.NUM_FEATURES))
-  y = mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
+  y = fed_ptr_mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
   start = [tf.constant(w, tf.float64) for w in start]
   target = [tf.constant(w, tf.float64) for w in target]
   lr = 0.3
 
   def loss_at(x_value, lr_value):
-    return float(mtt.matching_loss(_linear_forward, start, target,
+    return float(fed_ptr_mtt.matching_loss(_linear_forward, start, target,
                                    tf.constant(x_value), y,
                                    tf.constant(lr_value, tf.float64),
                                    INNER_STEPS))
 
-  loss, grad_x, grad_lr = mtt.matching_gradients(
+  loss, grad_x, grad_lr = fed_ptr_mtt.matching_gradients(
       _linear_forward, start, target, tf.constant(x), y, lr, INNER_STEPS)
   assert float(loss) == loss_at(x, lr)
   eps = 1e-6
@@ -96,7 +97,7 @@ def test_mtt_convnet_parameters_and_differentiable_forward():
                     tf.TensorSpec([None], tf.int32)))
     weights = [tf.constant(v) for v in keras_model.get_weights()]
     x = tf.random.stateless_normal([3, 8, 8, 1], seed=[1, 2])
-    forward = mtt.forward_from_model_fn(model_fn)
+    forward = fed_ptr_mtt.forward_from_model_fn(model_fn)
     with tf.GradientTape() as tape:
       tape.watch(weights)
       logits = forward(weights, x)
@@ -111,8 +112,8 @@ def test_mtt_convnet_parameters_and_differentiable_forward():
 
 def _distill_float64(outer_steps, momentum, x0, lr0, image_lr, lr_lr):
   start, target = _trajectory(seed=2)
-  y = mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
-  return mtt.distill(
+  y = fed_ptr_mtt.synthetic_labels(tiny.NUM_CLASSES, 2)
+  return fed_ptr_mtt.distill(
       _linear_forward, [tf.constant(w, tf.float64) for w in start],
       [tf.constant(w, tf.float64) for w in target], tf.constant(x0), y,
       tf.constant(lr0, tf.float64), outer_steps=outer_steps,
@@ -130,7 +131,7 @@ def test_outer_steps_follow_numpy_momentum_update():
 
   def gradients(x_value, lr_value):
     # The unrolled gradients (checked against finite differences above).
-    loss, g_x, g_lr = mtt.matching_gradients(
+    loss, g_x, g_lr = fed_ptr_mtt.matching_gradients(
         _linear_forward, [tf.constant(w, tf.float64) for w in start],
         [tf.constant(w, tf.float64) for w in target], tf.constant(x_value),
         y, tf.constant(lr_value, tf.float64), INNER_STEPS)

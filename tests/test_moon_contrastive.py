@@ -9,7 +9,7 @@ import tensorflow_federated as tff
 
 from tasks import models_zoo
 from tests import tiny
-from tff_opt.round import contrastive
+from tff_opt.algorithms import moon_contrastive
 
 PROJECTION_DIM = 5
 
@@ -53,7 +53,7 @@ Z_PREV = np.array([[-1.0, 0.0], [1.0, 1.0], [3.0, -3.0]], np.float32)
 def test_a_hand_computed_row():
   # sim(z, z_glob) = 1/sqrt(2), sim(z, z_prev) = -1, tau = 0.5:
   # l = log(1 + e^{(-1 - 1/sqrt(2)) / 0.5}) = log(1 + e^{-3.41421}).
-  got = contrastive.model_contrastive_loss(Z[:1], Z_GLOB[:1], Z_PREV[:1],
+  got = moon_contrastive.model_contrastive_loss(Z[:1], Z_GLOB[:1], Z_PREV[:1],
                                            0.5)
   np.testing.assert_allclose(float(got), np.log1p(np.exp(-3.4142136)),
                              rtol=1e-6)
@@ -65,7 +65,8 @@ def test_matches_numpy_and_its_gradient(temperature):
   z = tf.constant(Z)
   with tf.GradientTape() as tape:
     tape.watch(z)
-    loss = contrastive.model_contrastive_loss(z, Z_GLOB, Z_PREV, temperature)
+    loss = moon_contrastive.model_contrastive_loss(
+        z, Z_GLOB, Z_PREV, temperature)
   np.testing.assert_allclose(
       float(loss), numpy_contrastive(Z, Z_GLOB, Z_PREV, temperature),
       rtol=1e-5)
@@ -76,9 +77,9 @@ def test_matches_numpy_and_its_gradient(temperature):
 
 
 def test_positive_and_negative_are_not_interchangeable():
-  loss = float(contrastive.model_contrastive_loss(Z[:1], Z_GLOB[:1],
+  loss = float(moon_contrastive.model_contrastive_loss(Z[:1], Z_GLOB[:1],
                                                   Z_PREV[:1], 0.5))
-  swapped = float(contrastive.model_contrastive_loss(Z[:1], Z_PREV[:1],
+  swapped = float(moon_contrastive.model_contrastive_loss(Z[:1], Z_PREV[:1],
                                                      Z_GLOB[:1], 0.5))
   # log(1 + e^{+3.41421}) against log(1 + e^{-3.41421}).
   np.testing.assert_allclose(swapped - loss, 2 + np.sqrt(2), rtol=1e-5)
@@ -90,20 +91,20 @@ def test_is_log_two_with_zero_gradient_when_previous_is_global():
   z = tf.constant(Z)
   with tf.GradientTape() as tape:
     tape.watch(z)
-    loss = contrastive.model_contrastive_loss(z, Z_GLOB, Z_GLOB, 0.5)
+    loss = moon_contrastive.model_contrastive_loss(z, Z_GLOB, Z_GLOB, 0.5)
   np.testing.assert_allclose(float(loss), np.log(2.0), rtol=1e-6)
   np.testing.assert_array_equal(tape.gradient(loss, z).numpy(), 0.0)
 
 
 def test_only_directions_count_and_rank_four_is_flattened():
-  base = contrastive.model_contrastive_loss(Z, Z_GLOB, Z_PREV, 0.5)
-  scaled = contrastive.model_contrastive_loss(
+  base = moon_contrastive.model_contrastive_loss(Z, Z_GLOB, Z_PREV, 0.5)
+  scaled = moon_contrastive.model_contrastive_loss(
       3.0 * Z, 0.25 * Z_GLOB, 7.0 * Z_PREV, 0.5)
   np.testing.assert_allclose(float(scaled), float(base), rtol=1e-6)
   shaped = [np.reshape(np.tile(a, (1, 2)), (3, 2, 1, 2))
             for a in (Z, Z_GLOB, Z_PREV)]
   np.testing.assert_allclose(
-      float(contrastive.model_contrastive_loss(*shaped, 0.5)), float(base),
+      float(moon_contrastive.model_contrastive_loss(*shaped, 0.5)), float(base),
       rtol=1e-6)
 
 
@@ -111,7 +112,7 @@ def test_a_zero_representation_has_a_finite_loss_and_gradient():
   z = tf.zeros([2, 3])
   with tf.GradientTape() as tape:
     tape.watch(z)
-    loss = contrastive.model_contrastive_loss(z, tf.ones([2, 3]),
+    loss = moon_contrastive.model_contrastive_loss(z, tf.ones([2, 3]),
                                               -tf.ones([2, 3]), 0.5)
   np.testing.assert_allclose(float(loss), np.log(2.0), rtol=1e-6)
   assert np.all(np.isfinite(tape.gradient(loss, z).numpy()))
@@ -147,7 +148,7 @@ def _weights(seed, batch_norm=False):
 
 def test_the_projection_sub_model_shares_the_model_variables():
   model = projection_model_fn()
-  sub = contrastive.projection_model(model)
+  sub = moon_contrastive.projection_model(model)
   kernel, bias = _weights(0)[:2]
   model.trainable_variables[0].assign(kernel)
   model.trainable_variables[1].assign(bias)
@@ -167,7 +168,7 @@ def test_a_second_training_pass_draws_the_forward_passs_dropout_masks():
       keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(True),
       input_spec=(tf.TensorSpec([None, 12, 12, 1]),
                   tf.TensorSpec([None], tf.int32)))
-  sub = contrastive.projection_model(model)
+  sub = moon_contrastive.projection_model(model)
   head = tf.keras.Model(keras_model.inputs,
                         keras_model.get_layer('projection').output)
   x = tf.random.stateless_uniform([8, 12, 12, 1], (1, 2))
@@ -181,7 +182,7 @@ def test_a_model_without_projection_layer_is_refused_by_name():
   with pytest.raises(ValueError, match=(
       r"^MOON needs the model to have a Keras layer named 'projection' "
       r'whose output is the representation z .*has none \(its layers: ')):
-    contrastive.check_projection_layer(tiny.model_fn)
+    moon_contrastive.check_projection_layer(tiny.model_fn)
 
 
 def test_a_model_without_keras_model_is_refused():
@@ -191,7 +192,7 @@ def test_a_model_without_keras_model_is_refused():
 
   with pytest.raises(ValueError, match=(
       r'from_keras_model; got a NotKeras without a Keras model\.$')):
-    contrastive.projection_model(NotKeras())
+    moon_contrastive.projection_model(NotKeras())
 
 
 def test_a_projection_layer_called_twice_is_refused():
@@ -203,7 +204,7 @@ def test_a_projection_layer_called_twice_is_refused():
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       input_spec=tiny.INPUT_SPEC)
   with pytest.raises(ValueError, match='must be called exactly once'):
-    contrastive.projection_model(model)
+    moon_contrastive.projection_model(model)
 
 
 class _WithPrevious(NamedTuple):
@@ -218,7 +219,7 @@ class _WithPrevious(NamedTuple):
 def test_the_loss_hook_adds_mu_times_the_numpy_loss(batch_norm):
   mu, temperature = 2.0, 0.5
   model_fn = lambda: projection_model_fn(batch_norm)
-  loss_fn = contrastive.moon_loss(
+  loss_fn = moon_contrastive.moon_loss(
       mu, temperature, lambda broadcast: broadcast.previous)(model_fn)
   model = model_fn()
   local, global_, previous = (_weights(s, batch_norm) for s in (1, 2, 3))

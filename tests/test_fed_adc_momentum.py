@@ -1,4 +1,5 @@
-"""FedADC's momentum pieces (`tff_opt/round/momentum.py`), one at a time.
+"""FedADC's momentum pieces (`tff_opt/algorithms/fed_adc_momentum.py`), one
+at a time.
 
 The per-client constants of the embedded momentum (m_bar = beta_local m_t /
 H and the Nesterov offsets -eta m_bar), Algorithm 4's local EMA momentum
@@ -12,8 +13,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.round import ground
-from tff_opt.round import momentum
 from tff_opt.round import schedules
 
 RNG = np.random.default_rng(7)
@@ -26,10 +27,10 @@ def _arrays(scale=1.0):
 
 def test_fed_adc_constants_match_numpy():
   m = _arrays()
-  broadcast = momentum.Broadcast(model_weights=None, momentum=m)
-  m_bar = momentum.embedded_momentum(broadcast, learning_rate=0.2,
+  broadcast = fed_adc_momentum.Broadcast(model_weights=None, momentum=m)
+  m_bar = fed_adc_momentum.embedded_momentum(broadcast, learning_rate=0.2,
                                      num_steps=tf.constant(4), beta_local=0.9)
-  offsets = momentum.nesterov_look_ahead_hook(0.9)(
+  offsets = fed_adc_momentum.nesterov_look_ahead_hook(0.9)(
       None, broadcast, learning_rate=0.2, num_steps=tf.constant(4))
   for got, a in zip(m_bar, m):
     np.testing.assert_allclose(got, 0.9 * a / 4, rtol=1e-6)
@@ -37,7 +38,7 @@ def test_fed_adc_constants_match_numpy():
     np.testing.assert_allclose(got, -0.2 * 0.9 * a / 4, rtol=1e-6)
   weights = [tf.Variable(a) for a in _arrays()]
   with tf.GradientTape() as tape:
-    value = momentum.embedded_momentum_hook(0.9)(
+    value = fed_adc_momentum.embedded_momentum_hook(0.9)(
         weights, broadcast, learning_rate=0.2, num_steps=tf.constant(4))
   for g, a in zip(tape.gradient(value, weights), m):
     np.testing.assert_allclose(g, 0.9 * a / 4, rtol=1e-6)
@@ -46,9 +47,9 @@ def test_fed_adc_constants_match_numpy():
 def test_momentum_broadcast_is_the_model_and_the_finalizers_momentum():
   weights = tff.learning.models.ModelWeights(_arrays(), [])
   m = _arrays()
-  sent = momentum.momentum_broadcast(
-      weights, {momentum.MOMENTUM_KEY: m, ground.ROUND_NUM_KEY: 3})
-  assert isinstance(sent, momentum.Broadcast)
+  sent = fed_adc_momentum.momentum_broadcast(
+      weights, {fed_adc_momentum.MOMENTUM_KEY: m, ground.ROUND_NUM_KEY: 3})
+  assert isinstance(sent, fed_adc_momentum.Broadcast)
   assert sent._fields == ('model_weights', 'momentum')
   assert sent.model_weights is weights and sent.momentum is m
 
@@ -58,7 +59,7 @@ def test_momentum_broadcast_is_the_model_and_the_finalizers_momentum():
 
 def test_local_ema_momentum_starts_at_the_first_gradient():
   eta, phi = 0.1, 0.6
-  optimizer = momentum.LocalEmaMomentum(eta, phi)
+  optimizer = fed_adc_momentum.LocalEmaMomentum(eta, phi)
   w0 = _arrays()
   gradients = [_arrays() for _ in range(3)]
   specs = tuple(tf.TensorSpec(a.shape, tf.float32) for a in w0)
@@ -75,13 +76,13 @@ def test_local_ema_momentum_starts_at_the_first_gradient():
     w = [a - eta * b for a, b in zip(w, m)]
   for got, want in zip(weights, w):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-  assert int(state[momentum.STEP_KEY]) == 3
+  assert int(state[fed_adc_momentum.STEP_KEY]) == 3
   assert {k: float(v) for k, v in optimizer.get_hparams(state).items()} == (
       pytest.approx({'learning_rate': eta, 'momentum': phi}))
 
 
 def test_local_ema_momentum_set_hparams_changes_the_next_step():
-  optimizer = momentum.LocalEmaMomentum(0.1, 0.5)
+  optimizer = fed_adc_momentum.LocalEmaMomentum(0.1, 0.5)
   state = optimizer.initialize((tf.TensorSpec((2,), tf.float32),))
   state = optimizer.set_hparams(state, {'learning_rate': 0.5})
   assert float(optimizer.get_hparams(state)['momentum']) == 0.5
@@ -96,7 +97,7 @@ def test_local_ema_momentum_set_hparams_changes_the_next_step():
 ])
 def test_local_ema_momentum_rejects_bad_hparams(args, message):
   with pytest.raises(ValueError, match=f'^{message}$'):
-    momentum.LocalEmaMomentum(*args)
+    fed_adc_momentum.LocalEmaMomentum(*args)
 
 
 # --- The server rule ------------------------------------------------------------
@@ -114,7 +115,7 @@ def _eta(round_num):
 
 @pytest.fixture(scope='module')
 def finalizer():
-  return momentum.build_fedadc_finalizer(
+  return fed_adc_momentum.build_fedadc_finalizer(
       WEIGHTS_TYPE, client_learning_rate=0.2, beta_global=BETA_GLOBAL,
       beta_local=BETA_LOCAL, alpha=ALPHA,
       learning_rate_schedule=schedules.staircase_decay(
@@ -140,7 +141,7 @@ def test_server_rule_matches_numpy_with_each_rounds_eta(finalizer):
     w = [a - ALPHA * _eta(t) * b for a, b in zip(w, m)]
   for got, want in zip(weights.trainable, w):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-  for got, want in zip(state[momentum.MOMENTUM_KEY], m):
+  for got, want in zip(state[fed_adc_momentum.MOMENTUM_KEY], m):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(weights.non_trainable[0], non_trainable[0])
   assert int(state[ground.ROUND_NUM_KEY]) == 3
@@ -157,8 +158,8 @@ def test_non_finite_round_keeps_model_and_momentum(finalizer):
   assert output.measurements['update_non_finite'] == 1
   for got, want in zip(output.result.trainable, first.result.trainable):
     np.testing.assert_array_equal(got, want)
-  for got, want in zip(output.state[momentum.MOMENTUM_KEY],
-                       first.state[momentum.MOMENTUM_KEY]):
+  for got, want in zip(output.state[fed_adc_momentum.MOMENTUM_KEY],
+                       first.state[fed_adc_momentum.MOMENTUM_KEY]):
     np.testing.assert_array_equal(got, want)
   # The round still counts: eta_t follows the client work's round number.
   assert int(output.state[ground.ROUND_NUM_KEY]) == 2
