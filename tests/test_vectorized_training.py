@@ -90,6 +90,12 @@ def reference(model, optimizer, start, dataset, objective=None,
   return delta, examples, steps, model.report_local_unfinalized_metrics()
 
 
+def vectorized_model_of(weights):
+  """The `VectorizedCharLstm` of one client's `weights` (their shapes)."""
+  return shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
+      [w.shape for w in weights])
+
+
 @pytest.fixture(scope='module')
 def model():
   return shakespeare_test.tff_model_fn(2)
@@ -102,9 +108,7 @@ def model():
 def test_vectorized_training_equals_each_client_alone(model, optimizer):
   rng = np.random.default_rng(1)
   start = shakespeare_test.random_weights(model, rng)
-  vectorized_model = (
-      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
-          [w.shape for w in start]))
+  vectorized_model = vectorized_model_of(start)
   datasets = client_datasets()
   (group,) = vectorized_training.group_datasets(datasets, group_size=4)
   stats_dtypes = vectorized_training.stats_dtypes_of(
@@ -176,9 +180,7 @@ def test_a_group_of_empty_clients_takes_no_step(model, hooks):
   """Also with a penalty, a look-ahead and FedCurv's Fisher report."""
   optimizer = tff.learning.optimizers.build_sgdm(LR, momentum=0.9)
   start = shakespeare_test.random_weights(model, np.random.default_rng(2))
-  vectorized_model = (
-      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
-          [w.shape for w in start]))
+  vectorized_model = vectorized_model_of(start)
   (group,) = vectorized_training.group_datasets(
       client_datasets(sizes=(0, 0)), group_size=2)
   kwargs, args = {}, ()
@@ -250,9 +252,7 @@ def test_penalty_and_look_ahead_run_per_client(model):
   broadcast = _broadcast(start, rng)
   objective = _entangled_objective()
   optimizer = tff.learning.optimizers.build_sgdm(LR, momentum=0.5)
-  vectorized_model = (
-      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
-          [w.shape for w in start]))
+  vectorized_model = vectorized_model_of(start)
   datasets = client_datasets()
   (group,) = vectorized_training.group_datasets(datasets, group_size=4)
   train = vectorized_training.build_local_training_fn(
@@ -292,9 +292,7 @@ def test_per_example_fisher_equals_fed_curv_per_client(model, limit):
   per_client = [shakespeare_test.random_weights(model, rng)
                 for _ in range(len(SIZES))]
   stacked = [tf.constant(np.stack(ws)) for ws in zip(*per_client)]
-  vectorized_model = (
-      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
-          [w.shape for w in per_client[0]]))
+  vectorized_model = vectorized_model_of(per_client[0])
   datasets = client_datasets()
   (group,) = vectorized_training.group_datasets(datasets, group_size=4)
   got = vectorized_training.per_example_fisher(
