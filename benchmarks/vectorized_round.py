@@ -27,8 +27,8 @@ once:
               computation per client, Keras' LSTM;
   K=k         `tff_opt.algorithms.vectorized.vectorize` of that process
               with `group_size=k`: the clients in groups of at most k
-              (`stacked_training.group_sizes`), each group one computation
-              over stacked weights (`tasks/shakespeare_functional.py`);
+              (`vectorized_training.group_sizes`), each group one computation
+              over stacked weights (`tasks/shakespeare_vectorized.py`);
   K=k,steps   the same with `by_steps=True` (`--by_steps`): the clients
               ordered by their numbers of batches before they are grouped.
 
@@ -39,11 +39,11 @@ falls on all alike. Printed per path: median seconds per round, characters
 seconds per round (this process and its TFF worker), and the worker's peak
 resident memory after the path's warm-up round (VmHWM: the paths warm up
 one after another, so a path that needs more memory than those before it
-raises it). Before timing, each grouped path's model after one round from
+raises it). Before timing, each vectorized path's model after one round from
 the same initial model is compared with the per-client path's (largest
 difference relative to the largest change the round made).
 
-The grouped path reads the clients' datasets in this Python process each
+The vectorized path reads the clients' datasets in this Python process each
 round (as `binaries.train --client_vectorization=K` does); that time is in
 its seconds per round.
 """
@@ -63,7 +63,7 @@ import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
 from benchmarks import common  # pylint: disable=g-import-not-at-top
 from benchmarks import round_time  # pylint: disable=g-import-not-at-top
-from tasks import shakespeare_functional  # pylint: disable=g-import-not-at-top
+from tasks import shakespeare_vectorized  # pylint: disable=g-import-not-at-top
 from tff_opt import algorithms  # pylint: disable=g-import-not-at-top
 from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
 from tff_opt.program import registry  # pylint: disable=g-import-not-at-top
@@ -115,7 +115,7 @@ ALGORITHM_FLAGS = {
 
 def build_processes(workload, group_sizes, *, unroll: bool,
                     algorithm: str = 'fedopt', by_steps: bool = False):
-  """{path name: process} for the per-client and grouped paths."""
+  """{path name: process} for the per-client and vectorized paths."""
   common_args = dict(
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(
           round_time.CLIENT_LR),
@@ -133,13 +133,13 @@ def build_processes(workload, group_sizes, *, unroll: bool,
         client_learning_rate=round_time.CLIENT_LR,
         num_clients=len(workload.datasets),
         client_epochs=1, **ALGORITHM_FLAGS[algorithm])
-  stacked = shakespeare_functional.stacked_model_for(workload.model_fn,
-                                                     unroll=unroll)
+  vectorized_model = shakespeare_vectorized.vectorized_model_for(
+      workload.model_fn, unroll=unroll)
   processes = {PER_CLIENT: per_client}
   for k in group_sizes:
     for steps in ([False, True] if by_steps else [False]):
       processes[f'K={k}' + (',steps' if steps else '')] = (
-          vectorized.vectorize(per_client, stacked, group_size=k,
+          vectorized.vectorize(per_client, vectorized_model, group_size=k,
                                by_steps=steps))
   return processes
 
@@ -169,7 +169,7 @@ def _parse_args(argv):
   parser.add_argument('--seed', type=int, default=0,
                       help='seed of the real clients drawn')
   parser.add_argument('--group_sizes', default='2,5,10',
-                      help='comma-separated K of the grouped paths')
+                      help='comma-separated K of the vectorized paths')
   parser.add_argument('--rounds', type=int, default=3,
                       help='timed rounds per path')
   parser.add_argument('--warmup', type=int, default=1,

@@ -734,7 +734,7 @@ def _create_task(hparams: dict):
 
 
 def _build_process(hparams: dict, task, num_clients: int):
-  """The algorithm's process, as it will run (grouped clients, workers).
+  """The algorithm's process, as it will run (vectorized clients, workers).
 
   Returns:
     `(process, shared)`: `shared` the builder arguments every algorithm
@@ -742,7 +742,7 @@ def _build_process(hparams: dict, task, num_clients: int):
 
   Raises:
     UsageError: If a flag's value is refused, by its declaration, the builder,
-      the grouped client work or TFF's workers.
+      the vectorized client work or TFF's workers.
   """
   from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
   try:
@@ -978,9 +978,10 @@ def _resolve_workers() -> str | None:
   return ','.join(f'{host}:{port}' for host, port in workers)
 
 
-# The tasks whose model has a stacked form (`stacked_training.StackedModel`),
-# by task name: the module whose `stacked_model_for(model_fn)` builds it.
-_STACKED_MODELS = {'shakespeare': 'tasks.shakespeare_functional'}
+# The tasks whose model has a vectorized form
+# (`vectorized_training.VectorizedModel`), by task name: the module whose
+# `vectorized_model_for(model_fn)` builds it.
+_VECTORIZED_MODELS = {'shakespeare': 'tasks.shakespeare_vectorized'}
 
 
 def _vectorized_process(hparams: dict, task, process):
@@ -991,22 +992,22 @@ def _vectorized_process(hparams: dict, task, process):
   across the flag.
 
   Raises:
-    UsageError: If the task's model has no stacked form, or the algorithm
-      has a part the stacked client work cannot run (client state, a loss
+    UsageError: If the task's model has no vectorized form, or the algorithm
+      has a part the vectorized client work cannot run (client state, a loss
       hook, a client optimizer with shared state).
   """
   from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
   k = hparams['client_vectorization']
-  if hparams['task'] not in _STACKED_MODELS:
+  if hparams['task'] not in _VECTORIZED_MODELS:
     raise UsageError(
         f'--client_vectorization={k}: --task={hparams["task"]} has no '
-        'stacked model (only ' + ', '.join(
-            f'--task={t}' for t in _STACKED_MODELS) + ' has one); drop the '
-        'flag (or set it to 0).')
-  stacked_model_for = importlib.import_module(
-      _STACKED_MODELS[hparams['task']]).stacked_model_for
+        'vectorized model (only ' + ', '.join(
+            f'--task={t}' for t in _VECTORIZED_MODELS) + ' has one); drop '
+        'the flag (or set it to 0).')
+  vectorized_model_for = importlib.import_module(
+      _VECTORIZED_MODELS[hparams['task']]).vectorized_model_for
   try:
-    return vectorized.vectorize(process, stacked_model_for(task.model_fn),
+    return vectorized.vectorize(process, vectorized_model_for(task.model_fn),
                                 group_size=k)
   except ValueError as e:
     line = str(e)

@@ -181,7 +181,7 @@ def test_round_imports_no_sibling_just_for_a_key():
   assert not key_only, key_only
   # The check reads real imports: round/ does import round/ground.
   assert 'ground' in uses['client_work']
-  assert 'client_work' in uses['stacked_training']
+  assert 'client_work' in uses['vectorized_training']
 
 
 def test_no_file_points_outside_the_repository_for_its_design():

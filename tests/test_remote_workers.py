@@ -229,7 +229,7 @@ def local_results(tiny_process, tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def grouped_local():
+def vectorized_local():
   """FedProx with its clients in groups of 2 (`vectorized.vectorize`; the
   small Shakespeare LSTM and clients of 9, 5, 0, 4, 6 snippets of
   tests/test_vectorized.py), 2 rounds locally: (process, datasets, start,
@@ -241,8 +241,8 @@ def grouped_local():
           test_vectorized.model_fn, mu=1.0,
           client_optimizer_fn=test_vectorized.SGD,
           server_optimizer_fn=test_vectorized.SERVER_SGD),
-      test_vectorized.stacked_model(), group_size=2)
-  datasets = test_vectorized.test_stacked_training.client_datasets(
+      test_vectorized.vectorized_model(), group_size=2)
+  datasets = test_vectorized.test_vectorized_training.client_datasets(
       test_vectorized.SIZES)
   start = test_vectorized.initial_weights()
   state, _ = test_vectorized.run(
@@ -252,9 +252,9 @@ def grouped_local():
 
 
 @pytest.fixture(scope='module')
-def workers(local_results, grouped_local, certs, tmp_path_factory):
+def workers(local_results, vectorized_local, certs, tmp_path_factory):
   # Computed first: a local context stops TFF workers.
-  del local_results, grouped_local
+  del local_results, vectorized_local
   pool = Workers(str(tmp_path_factory.mktemp('workers')))
   try:
     # The inter-op threads set (or not) the workers' default cap on
@@ -400,12 +400,12 @@ def test_two_workers_give_the_local_weights(workers, tiny_process,
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_grouped_clients_on_two_workers_give_the_local_state(
-    workers, grouped_local):
+def test_vectorized_clients_on_two_workers_give_the_local_state(
+    workers, vectorized_local):
   """`--client_vectorization`'s process on workers: each worker trains
   whole groups (3 groups of at most 2 clients: 2 and 1 on the workers)."""
   from tests import test_vectorized  # pylint: disable=g-import-not-at-top
-  process, datasets, start, want = grouped_local
+  process, datasets, start, want = vectorized_local
   runtime.set_remote_execution_context(
       [('127.0.0.1', workers.ports['a']), ('127.0.0.1', workers.ports['b'])])
   with workers.ran_on('a', 'b'):

@@ -1,4 +1,4 @@
-"""Algorithms with grouped clients equal them with one client at a time.
+"""Algorithms with vectorized clients equal them with one client at a time.
 
 Five clients of 9, 5, 0, 4 and 6 snippets (batch 4) of a small Shakespeare
 LSTM (the task's model, 2 x 16 units), in groups of at most 2 (2, 2, 1:
@@ -37,11 +37,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import shakespeare_functional
+from tasks import shakespeare_vectorized
 from tasks import sqlite_data
 from tests import binary
-from tests import test_shakespeare_functional as functional_test
-from tests import test_stacked_training
+from tests import test_shakespeare_vectorized as shakespeare_test
+from tests import test_vectorized_training
 from tff_opt import algorithms
 from tff_opt.algorithms import vectorized
 from tff_opt.round import optimizers
@@ -55,7 +55,7 @@ CLIENT_LR = 0.5
 # (`tasks.task_paper_settings`). The adaptive optimizers divide by
 # sqrt(v) + tau, which magnifies float32 round-off in tiny delta entries
 # by up to 1/tau. Measured after 3 rounds, as max |difference| over the
-# largest change: grouped vs per-client 2.6e-7 (sgd), 2.0e-7 (sgdm), 1.9e-7
+# largest change: vectorized vs per-client 2.6e-7 (sgd), 2.0e-7 (sgdm), 1.9e-7
 # (adagrad), 3.1e-6 (adam, yogi); the per-client process against itself
 # with its clients in reverse order: 0.6e-7 to 2.0e-7, and 3.1e-6 for adam
 # and yogi, i.e. the same float32 round-off.
@@ -64,18 +64,18 @@ SERVER = {'sgd': (1.0, 0.0), 'sgdm': (0.316, 0.0), 'adagrad': (0.316, 0.1),
 
 
 def model_fn():
-  return functional_test.tff_model_fn(2)
+  return shakespeare_test.tff_model_fn(2)
 
 
-def stacked_model():
-  return shakespeare_functional.stacked_model_for(model_fn)
+def vectorized_model():
+  return shakespeare_vectorized.vectorized_model_for(model_fn)
 
 
 def initial_weights():
   model = model_fn()
   rng = np.random.default_rng(5)
   return tff.learning.models.ModelWeights(
-      trainable=functional_test.random_weights(model, rng), non_trainable=[])
+      trainable=shakespeare_test.random_weights(model, rng), non_trainable=[])
 
 
 def run(process, state, datasets, rounds=ROUNDS):
@@ -130,7 +130,7 @@ def assert_same_rounds(process_a, process_b, datasets, start, rounds=ROUNDS,
 
 @pytest.fixture(scope='module')
 def datasets():
-  return test_stacked_training.client_datasets(SIZES)
+  return test_vectorized_training.client_datasets(SIZES)
 
 
 @pytest.fixture(scope='module')
@@ -139,18 +139,19 @@ def start():
 
 
 @pytest.mark.parametrize('server', list(SERVER))
-def test_grouped_rounds_equal_per_client_rounds(server, datasets, start):
+def test_vectorized_rounds_equal_per_client_rounds(server, datasets, start):
   common = dict(
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
       server_optimizer_fn=optimizers.build_server_optimizer(
           server, learning_rate=SERVER[server][0], tau=SERVER[server][1]))
   per_client = algorithms.build_fed_opt(model_fn, **common)
-  grouped = vectorized.build_vectorized_fed_opt(
-      model_fn, stacked_model(), group_size=GROUP_SIZE, **common)
-  assert isinstance(grouped, tff.learning.templates.LearningProcess)
-  assert grouped.initialize.type_signature.is_equivalent_to(
+  vectorized_process = vectorized.build_vectorized_fed_opt(
+      model_fn, vectorized_model(), group_size=GROUP_SIZE, **common)
+  assert isinstance(vectorized_process,
+                    tff.learning.templates.LearningProcess)
+  assert vectorized_process.initialize.type_signature.is_equivalent_to(
       per_client.initialize.type_signature)
-  assert_same_rounds(grouped, per_client, datasets, start)
+  assert_same_rounds(vectorized_process, per_client, datasets, start)
 
 
 def test_uniform_weighting_momentum_and_schedule(datasets, start):
@@ -163,13 +164,13 @@ def test_uniform_weighting_momentum_and_schedule(datasets, start):
       client_lr_schedule=schedules.staircase_decay(
           CLIENT_LR, decay_factor=0.5, decay_every=1))
   per_client = algorithms.build_fed_opt(model_fn, **common)
-  grouped = vectorized.build_vectorized_fed_opt(
-      model_fn, stacked_model(), group_size=3, **common)
-  state_grouped, state_per_client = assert_same_rounds(
-      grouped, per_client, datasets, start)
+  vectorized_process = vectorized.build_vectorized_fed_opt(
+      model_fn, vectorized_model(), group_size=3, **common)
+  state_vectorized, state_per_client = assert_same_rounds(
+      vectorized_process, per_client, datasets, start)
   # The states are of one type: each process goes on from the other's.
-  grouped.next(state_per_client, datasets)
-  per_client.next(state_grouped, datasets)
+  vectorized_process.next(state_per_client, datasets)
+  per_client.next(state_vectorized, datasets)
 
 
 # --- The other algorithms -----------------------------------------------------
@@ -223,19 +224,19 @@ def test_algorithm_rounds_equal_per_client_rounds(name, datasets, start):
   per_client_fn, rounds = ALGORITHMS[name]
   per_client = per_client_fn()
   # FedADC heavy ball groups its clients by their numbers of batches.
-  grouped = vectorized.vectorize(per_client, stacked_model(),
-                                 group_size=GROUP_SIZE,
-                                 by_steps=name == 'fedadc_heavy_ball')
-  assert grouped.initialize.type_signature.is_equivalent_to(
+  vectorized_process = vectorized.vectorize(
+      per_client, vectorized_model(), group_size=GROUP_SIZE,
+      by_steps=name == 'fedadc_heavy_ball')
+  assert vectorized_process.initialize.type_signature.is_equivalent_to(
       per_client.initialize.type_signature)
-  state, _ = assert_same_rounds(grouped, per_client, datasets, start, rounds,
-                                whole_state=True)
+  state, _ = assert_same_rounds(vectorized_process, per_client, datasets,
+                                start, rounds, whole_state=True)
   if name in WITHOUT:  # The algorithm's own part moved the model.
     without = WITHOUT[name]()
     other, _ = run(without, without.set_model_weights(without.initialize(),
                                                       start), datasets,
                    rounds)
-    weights = grouped.get_model_weights(state).trainable
+    weights = vectorized_process.get_model_weights(state).trainable
     change = max(np.abs(np.asarray(w) - s).max()
                  for w, s in zip(weights, start.trainable))
     apart = max(np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in zip(
@@ -247,30 +248,30 @@ def test_vectorize_of_fed_opt_is_build_vectorized_fed_opt(datasets, start):
   common = dict(client_optimizer_fn=SGD, server_optimizer_fn=SERVER_SGD)
   assert_same_rounds(
       vectorized.vectorize(algorithms.build_fed_opt(model_fn, **common),
-                           stacked_model(), group_size=GROUP_SIZE),
+                           vectorized_model(), group_size=GROUP_SIZE),
       vectorized.build_vectorized_fed_opt(
-          model_fn, stacked_model(), group_size=GROUP_SIZE, **common),
+          model_fn, vectorized_model(), group_size=GROUP_SIZE, **common),
       datasets, start, rounds=1, whole_state=True)
 
 
 def _refusal(process):
   with pytest.raises(ValueError) as error:
-    vectorized.vectorize(process, stacked_model(), group_size=2)
+    vectorized.vectorize(process, vectorized_model(), group_size=2)
   return str(error.value)
 
 
-def test_algorithms_without_a_stacked_form_are_refused():
+def test_algorithms_without_a_vectorized_form_are_refused():
   # FedCurv's Eq. 3: each client keeps its last Fisher terms.
   assert _refusal(algorithms.build_fed_curv(
       model_fn, lam=1.0, client_optimizer_fn=SGD,
       server_optimizer_fn=SERVER_SGD, cross_silo=True)) == (
-          'stacked client training cannot run this algorithm: it has client '
+          'vectorized client training cannot run this algorithm: it has client '
           'state.')
   # FedADC+'s distillation runs a teacher VariableModel.
   assert _refusal(algorithms.build_fed_adc(
       model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
       distillation=True)) == (
-          'stacked client training cannot run this algorithm: it has a loss '
+          'vectorized client training cannot run this algorithm: it has a loss '
           'hook (loss_fn_builder, client_stats_fn).')
   # FedADC's Algorithm 4: its local optimizer counts its steps.
   assert 'not one tensor per weight' in _refusal(algorithms.build_fed_adc(
@@ -284,12 +285,12 @@ def test_algorithms_without_a_stacked_form_are_refused():
 def test_refusals():
   with pytest.raises(ValueError, match='not one tensor per weight'):
     vectorized.build_vectorized_fed_opt(
-        model_fn, stacked_model(), group_size=2,
+        model_fn, vectorized_model(), group_size=2,
         client_optimizer_fn=tff.learning.optimizers.build_adam(0.1),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
   with pytest.raises(ValueError, match='group_size'):
     vectorized.build_vectorized_fed_opt(
-        model_fn, stacked_model(), group_size=0,
+        model_fn, vectorized_model(), group_size=0,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
 
@@ -335,7 +336,7 @@ def test_binary_resumes_across_the_flag_with_the_same_numbers(data_dir,
                                                               tmp_path):
   """Round 1 one client at a time, round 2 (resumed) in groups of 2: the
   same rows and state as two rounds one client at a time (the clients'
-  shuffled datasets are read in this process by the grouped path, on
+  shuffled datasets are read in this process by the vectorized path, on
   TFF's worker by the other)."""
   flags = (*BINARY_FLAGS, f'--data_dir={data_dir}')
   straight, switched = str(tmp_path / 'straight'), str(tmp_path / 'switched')
@@ -358,29 +359,31 @@ def test_binary_resumes_across_the_flag_with_the_same_numbers(data_dir,
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_binary_runs_fed_prox_grouped_as_one_client_at_a_time(data_dir,
-                                                               tmp_path):
+def test_binary_runs_fed_prox_vectorized_as_one_client_at_a_time(
+    data_dir, tmp_path):
   """The flag rebuilds the algorithm the other flags chose (FedProx, mu)."""
   flags = (*BINARY_FLAGS, f'--data_dir={data_dir}', '--rounds=2',
            '--algorithm=fedprox', '--mu=0.5')
-  straight, grouped = str(tmp_path / 'straight'), str(tmp_path / 'grouped')
+  straight, vectorized_dir = (str(tmp_path / 'straight'),
+                              str(tmp_path / 'vectorized'))
   assert binary.run_train(*flags, f'--output_dir={straight}') == 0
   assert binary.run_train(*flags, '--client_vectorization=3',
-                          f'--output_dir={grouped}') == 0
-  for got, want in zip(_final_state(grouped, 2), _final_state(straight, 2)):
+                          f'--output_dir={vectorized_dir}') == 0
+  for got, want in zip(_final_state(vectorized_dir, 2),
+                       _final_state(straight, 2)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('algorithm_flags, line', [
     (('--algorithm=scaffold',),
-     '--client_vectorization=2: --algorithm=scaffold: stacked client training '
-     'cannot run this algorithm: it has client state, a report pass without '
-     'a stacked form (stacked_report_fn).'),
+     '--client_vectorization=2: --algorithm=scaffold: vectorized client '
+     'training cannot run this algorithm: it has client state, a report '
+     'pass without a vectorized form (vectorized_report_fn).'),
     (('--algorithm=fedcurv', '--lam=1'),  # auto: Eq. 3 fits here.
-     '--client_vectorization=2: --algorithm=fedcurv: stacked client training '
-     'cannot run this algorithm: it has client state (FedCurv\'s Eq. 3 '
-     'keeps each client\'s last Fisher terms; --fedcurv_exact=off runs its '
-     'stateless variant).'),
+     '--client_vectorization=2: --algorithm=fedcurv: vectorized client '
+     'training cannot run this algorithm: it has client state (FedCurv\'s '
+     'Eq. 3 keeps each client\'s last Fisher terms; --fedcurv_exact=off runs '
+     'its stateless variant).'),
 ])
 def test_binary_refuses_the_flag_without_a_vectorized_path(
     data_dir, tmp_path, capsys, algorithm_flags, line):
@@ -392,11 +395,11 @@ def test_binary_refuses_the_flag_without_a_vectorized_path(
   assert not os.path.exists(tmp_path / 'run')
 
 
-def test_binary_refuses_the_flag_for_a_task_without_a_stacked_model(
+def test_binary_refuses_the_flag_for_a_task_without_a_vectorized_model(
     tmp_path, capsys):
   assert binary.run_train(
       '--task=digits', '--rounds=1', '--client_vectorization=2',
       f'--output_dir={tmp_path / "run"}') == 2
   assert ('train: error: --client_vectorization=2: --task=digits has no '
-          'stacked model (only --task=shakespeare has one); drop the flag (or '
-          'set it to 0).\n') in capsys.readouterr().err
+          'vectorized model (only --task=shakespeare has one); drop the flag '
+          '(or set it to 0).\n') in capsys.readouterr().err

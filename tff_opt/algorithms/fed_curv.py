@@ -101,7 +101,7 @@ from tff_opt.round import client_work as client_work_lib
 from tff_opt.round import distributors
 from tff_opt.round import finalizers
 from tff_opt.round import ground
-from tff_opt.round import stacked_training
+from tff_opt.round import vectorized_training
 
 FISHER_SUM_KEY = 'fisher_sum'  # u, in the finalizer's state.
 FISHER_WEIGHT_SUM_KEY = 'fisher_weight_sum'  # v, in the finalizer's state.
@@ -316,18 +316,18 @@ def _fisher_report(model, dataset, broadcast, *, delta, num_steps,
   ])
 
 
-def _stacked_fisher_report(model, weights, dataset, broadcast, *, delta,
-                           num_steps, learning_rate, num_examples,
-                           client_epochs):
-  """`_fisher_report` of K clients at once, on a `StackedModel`.
+def _vectorized_fisher_report(model, weights, dataset, broadcast, *, delta,
+                              num_steps, learning_rate, num_examples,
+                              client_epochs):
+  """`_fisher_report` of K clients at once, on a `VectorizedModel`.
 
-  The vectorized client path's form (`stacked_training`): each client's
+  The vectorized client path's form (`vectorized_training`): each client's
   F_k over its own first epoch and F_k * w_k at its own final weights,
   stacked [K, ...]; the per-example gradients are the same as the
-  per-example path's above (`stacked_training.per_example_fisher`).
+  per-example path's above (`vectorized_training.per_example_fisher`).
   """
   del broadcast, delta, num_steps, learning_rate
-  fisher = stacked_training.per_example_fisher(
+  fisher = vectorized_training.per_example_fisher(
       model, weights, dataset,
       max_examples=_one_epoch(num_examples, client_epochs))
   return collections.OrderedDict([
@@ -558,8 +558,8 @@ def fed_curv_recipe(
         passes=client_work_lib.ClientPasses(
             report_fn=functools.partial(_fisher_report,
                                         client_epochs=client_epochs),
-            stacked_report_fn=functools.partial(_stacked_fisher_report,
-                                                client_epochs=client_epochs)))
+            vectorized_report_fn=functools.partial(
+                _vectorized_fisher_report, client_epochs=client_epochs)))
     if not cross_silo:
       return recipe_lib.Recipe(
           work_broadcast_type=broadcast_type,

@@ -1,19 +1,19 @@
 """Algorithms with the round's clients trained in groups, as one computation.
 
 `binaries.train --client_vectorization=K` (K > 0) runs an algorithm's round
-with `tff_opt/round/stacked_training.py`'s client work: the sampled clients
+with `tff_opt/round/vectorized_training.py`'s client work: the sampled clients
 are split into groups of at most K (10 clients by 4: 4, 3, 3), and each
 group's local training is one TensorFlow computation over stacked weights
-(a `StackedModel`, e.g. `tasks/shakespeare_functional.py`). Everything else
+(a `VectorizedModel`, e.g. `tasks/shakespeare_vectorized.py`). Everything else
 is the algorithm's own recipe (`recipe.py`): its distributor (what is
 broadcast), its local objective (the penalty and look-ahead hooks, run per
 client on each client's own stacked weights), its aggregator, finalizer and
 state, so a run can switch between the two paths from one round to the
 next (the state types are the same).
 
-`vectorize(process, stacked_model, group_size=K)` is the entry point: it
+`vectorize(process, vectorized_model, group_size=K)` is the entry point: it
 rebuilds any process that `recipe.assemble` built (every builder of the
-package; `process.assembly` holds its arguments) with the stacked client
+package; `process.assembly` holds its arguments) with the vectorized client
 work, so an algorithm's hyper-parameters are stated once, to its own
 builder. What runs (checked against the per-client process,
 `tests/test_vectorized.py`):
@@ -24,29 +24,29 @@ builder. What runs (checked against the per-client process,
                (d = w_{t-1} - w_t, alpha/eta) computed once per group
     FedCurv    the stateless variant (`cross_silo=False`): u, v broadcast,
                the elastic penalty, each client's Fisher and Fisher * w
-               reported (`ClientPasses.stacked_report_fn`) and summed
+               reported (`ClientPasses.vectorized_report_fn`) and summed
     FedADC     Algorithm 3, heavy ball and Nesterov: m_bar = beta m_t / H_k
                per client (H_k its own number of batches) as the recipe's
                linear penalty, and the Nesterov look-ahead
     SlowMo     FedADC's server rule over plain local SGD
 
-Refused, with a ValueError naming what the stacked client work lacks:
+Refused, with a ValueError naming what the vectorized client work lacks:
 client state (SCAFFOLD, FedDyn, FedDC, MOON, FedCurv's Eq. 3, client-side
 FedPTR), a loss hook (FedADC+'s distillation, FedNTD, FedRS, FedGKD), a
-pre-pass or a report without a stacked form, a client optimizer with state
+pre-pass or a report without a vectorized form, a client optimizer with state
 beyond one tensor per weight (FedADC's Algorithm 4 local momentum keeps a
 step count; Adam), a model with non-trainable variables (FedBN's).
 
 Design: a TFF client computation sees one client's data, so a group of K
-real clients is one TFF *client*: `GroupedLearningProcess.next(state,
+real clients is one TFF *client*: `VectorizedLearningProcess.next(state,
 client_datasets)` takes the round's per-client datasets (what the training
-loop passes to any process), reads them (`stacked_training.group_datasets`:
+loop passes to any process), reads them (`vectorized_training.group_datasets`:
 padded, step-major arrays, one dataset per group; with `by_steps`, clients
 of similar numbers of batches grouped together) and calls the composed
 process on the group datasets. Each group reports the example-weighted mean
 of its clients' deltas with their total weight (and the sums of what a
 report pass adds, FedCurv's Fisher), so the server's weighted mean over
-groups is the per-client path's (see `stacked_training`); the metrics are
+groups is the per-client path's (see `vectorized_training`); the metrics are
 the per-client ones.
 
 What differs from the per-client process:
@@ -69,10 +69,10 @@ import tensorflow_federated as tff
 from tff_opt.algorithms import _common
 from tff_opt.algorithms import fed_opt
 from tff_opt.algorithms import recipe as recipe_lib
-from tff_opt.round import stacked_training
+from tff_opt.round import vectorized_training
 
 
-class _GroupedNext:
+class _VectorizedNext:
   """`next(state, client_datasets)`: group the datasets, run the round."""
 
   def __init__(self, inner_next: tff.Computation, group_size: int,
@@ -83,19 +83,19 @@ class _GroupedNext:
     self.type_signature = inner_next.type_signature
 
   def __call__(self, state: Any, client_datasets: Sequence[tf.data.Dataset]):
-    groups = stacked_training.group_datasets(
+    groups = vectorized_training.group_datasets(
         list(client_datasets), self._group_size, by_steps=self._by_steps)
     return self._inner_next(state, groups)
 
 
-class GroupedLearningProcess(tff.learning.templates.LearningProcess):
+class VectorizedLearningProcess(tff.learning.templates.LearningProcess):
   """A `LearningProcess` whose `next` takes per-client datasets and trains
   them in groups of at most `group_size` (module docstring).
 
   `initialize`, `get_model_weights`, `set_model_weights`, `get_hparams`,
   `set_hparams` are the composed process's computations. With `by_steps`,
   the round's clients are ordered by their numbers of batches before they
-  are grouped (`stacked_training.group_datasets`).
+  are grouped (`vectorized_training.group_datasets`).
   """
 
   def __init__(self, inner: tff.learning.templates.LearningProcess,
@@ -104,19 +104,19 @@ class GroupedLearningProcess(tff.learning.templates.LearningProcess):
                      inner.set_model_weights,
                      get_hparams_fn=inner.get_hparams,
                      set_hparams_fn=inner.set_hparams)
-    self._grouped_next = _GroupedNext(inner.next, group_size, by_steps)
+    self._vectorized_next = _VectorizedNext(inner.next, group_size, by_steps)
     self.group_size = group_size
     self.by_steps = by_steps
     self.inner = inner
 
   @property
-  def next(self) -> _GroupedNext:
+  def next(self) -> _VectorizedNext:
     """`next(state, client_datasets)` -> `LearningProcessOutput`."""
-    return self._grouped_next
+    return self._vectorized_next
 
 
 def _check_supported_recipe(recipe: recipe_lib.Recipe) -> None:
-  """Raises ValueError if the stacked client work cannot run the recipe."""
+  """Raises ValueError if the vectorized client work cannot run the recipe."""
   problems = []
   if recipe.initial_client_state is not None:
     problems.append('client state')
@@ -127,32 +127,32 @@ def _check_supported_recipe(recipe: recipe_lib.Recipe) -> None:
   if recipe.passes.prepare_fn is not None:
     problems.append('a pre-pass (prepare_fn)')
   if (recipe.passes.report_fn is not None and
-      recipe.passes.stacked_report_fn is None):
-    problems.append('a report pass without a stacked form '
-                    '(stacked_report_fn)')
+      recipe.passes.vectorized_report_fn is None):
+    problems.append('a report pass without a vectorized form '
+                    '(vectorized_report_fn)')
   if recipe.to_server is not None:
     problems.append('a transformed update (to_server)')
   if problems:
-    raise ValueError('stacked client training cannot run this algorithm: it '
+    raise ValueError('vectorized client training cannot run this algorithm: it '
                      f'has {", ".join(problems)}.')
 
 
-def assemble_stacked(
+def assemble_vectorized(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     recipe_fn: recipe_lib.RecipeFn,
-    stacked_model: stacked_training.StackedModel,
+    vectorized_model: vectorized_training.VectorizedModel,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """`recipe.assemble` with the stacked client work (one client = a group).
+  """`recipe.assemble` with the vectorized client work (one client = a group).
 
   Args:
     model_fn: A no-arg callable returning a new
       `tff.learning.models.VariableModel`.
     recipe_fn: Model-weights type -> `Recipe` (the algorithm's own).
-    stacked_model: `model_fn`'s model as a `StackedModel`.
+    vectorized_model: `model_fn`'s model as a `VectorizedModel`.
     client_optimizer_fn: The client optimizer (SGD, with or without
       momentum).
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`.
@@ -160,13 +160,13 @@ def assemble_stacked(
 
   Returns:
     The composed `LearningProcess`; its next takes one group dataset per
-    TFF client (`stacked_training.group_datasets`).
+    TFF client (`vectorized_training.group_datasets`).
 
   Raises:
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
-    ValueError: If the recipe has a part without a stacked form (client
+    ValueError: If the recipe has a part without a vectorized form (client
       state, a loss hook, a pre-pass, a report pass without a
-      `stacked_report_fn`, a transformed update), the model has
+      `vectorized_report_fn`, a transformed update), the model has
       non-trainable variables, or the optimizer keeps shared state.
   """
   _common.check_optimizer('client_optimizer_fn', client_optimizer_fn)
@@ -175,11 +175,11 @@ def assemble_stacked(
   recipe = recipe_lib.with_shared_non_trainables(recipe_fn(weights_type),
                                                  weights_type)
   _check_supported_recipe(recipe)
-  client_work = stacked_training.build_stacked_local_training(
-      model_fn, stacked_model, client_optimizer_fn,
+  client_work = vectorized_training.build_vectorized_local_training(
+      model_fn, vectorized_model, client_optimizer_fn,
       objective=recipe.objective,
       broadcast_type=recipe.work_broadcast_type,
-      report_fn=recipe.passes.stacked_report_fn,
+      report_fn=recipe.passes.vectorized_report_fn,
       client_weighting=client_weighting,
       learning_rate_schedule=client_lr_schedule)
   return recipe_lib.compose_around(initial_weights_fn, recipe, client_work)
@@ -188,7 +188,7 @@ def assemble_stacked(
 def build_vectorized(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     recipe_fn: recipe_lib.RecipeFn,
-    stacked_model: stacked_training.StackedModel,
+    vectorized_model: vectorized_training.VectorizedModel,
     *,
     group_size: int,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -196,7 +196,7 @@ def build_vectorized(
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     client_lr_schedule: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
     by_steps: bool = False,
-) -> GroupedLearningProcess:
+) -> VectorizedLearningProcess:
   """An algorithm's recipe with its clients trained in groups.
 
   Args:
@@ -204,7 +204,7 @@ def build_vectorized(
       `tff.learning.models.VariableModel` on each call.
     recipe_fn: The algorithm's `RecipeFn` (e.g. `fed_prox.fed_prox_recipe(
       mu=..., server_optimizer_fn=...)`).
-    stacked_model: The same model as a `stacked_training.StackedModel`.
+    vectorized_model: The same model as a `vectorized_training.VectorizedModel`.
     group_size: At most this many clients train as one computation.
     client_optimizer_fn: The client optimizer (SGD, with or without
       momentum).
@@ -213,23 +213,24 @@ def build_vectorized(
     by_steps: Group clients of similar numbers of batches together.
 
   Returns:
-    A `GroupedLearningProcess` with the state type of `recipe.assemble`'s
+    A `VectorizedLearningProcess` with the state type of `recipe.assemble`'s
     process for the same arguments.
 
   Raises:
-    TypeError, ValueError: As `assemble_stacked`; ValueError also if
+    TypeError, ValueError: As `assemble_vectorized`; ValueError also if
       `group_size` is not a positive integer.
   """
-  stacked_training.group_sizes(0, group_size)  # Checks group_size.
-  inner = assemble_stacked(model_fn, recipe_fn, stacked_model,
-                           client_optimizer_fn, client_weighting,
-                           client_lr_schedule)
-  return GroupedLearningProcess(inner, group_size, by_steps)
+  vectorized_training.group_sizes(0, group_size)  # Checks group_size.
+  inner = assemble_vectorized(model_fn, recipe_fn, vectorized_model,
+                              client_optimizer_fn, client_weighting,
+                              client_lr_schedule)
+  return VectorizedLearningProcess(inner, group_size, by_steps)
 
 
-def vectorize(process: Any, stacked_model: stacked_training.StackedModel, *,
+def vectorize(process: Any,
+              vectorized_model: vectorized_training.VectorizedModel, *,
               group_size: int, by_steps: bool = False
-              ) -> GroupedLearningProcess:
+              ) -> VectorizedLearningProcess:
   """The same algorithm as `process`, with its clients trained in groups.
 
   Args:
@@ -237,16 +238,16 @@ def vectorize(process: Any, stacked_model: stacked_training.StackedModel, *,
       package, e.g. `build_fed_prox(...)`): its `assembly` holds the
       model, recipe, client optimizer, weighting and schedule it was built
       from, and they are reused as they are.
-    stacked_model: The process's model as a `StackedModel`.
+    vectorized_model: The process's model as a `VectorizedModel`.
     group_size: At most this many clients train as one computation.
     by_steps: Group clients of similar numbers of batches together.
 
   Returns:
-    A `GroupedLearningProcess` whose state has the type of `process`'s.
+    A `VectorizedLearningProcess` whose state has the type of `process`'s.
 
   Raises:
     ValueError: If `process` was not built by `recipe.assemble`, or as
-      `build_vectorized` (the algorithm has a part without a stacked form).
+      `build_vectorized` (the algorithm has a part without a vectorized form).
   """
   assembly = getattr(process, 'assembly', None)
   if not isinstance(assembly, recipe_lib.Assembly):
@@ -254,7 +255,7 @@ def vectorize(process: Any, stacked_model: stacked_training.StackedModel, *,
                      '(any builder of tff_opt.algorithms); got '
                      f'{type(process).__name__} without an assembly.')
   return build_vectorized(
-      assembly.model_fn, assembly.recipe_fn, stacked_model,
+      assembly.model_fn, assembly.recipe_fn, vectorized_model,
       group_size=group_size,
       client_optimizer_fn=assembly.client_optimizer_fn,
       client_weighting=assembly.client_weighting,
@@ -263,7 +264,7 @@ def vectorize(process: Any, stacked_model: stacked_training.StackedModel, *,
 
 def build_vectorized_fed_opt(
     model_fn: Callable[[], tff.learning.models.VariableModel],
-    stacked_model: stacked_training.StackedModel,
+    vectorized_model: vectorized_training.VectorizedModel,
     *,
     group_size: int,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -274,14 +275,14 @@ def build_vectorized_fed_opt(
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None),
     by_steps: bool = False,
-) -> GroupedLearningProcess:
+) -> VectorizedLearningProcess:
   """FedOpt (`fed_opt.build_fed_opt`) with clients trained in groups.
 
   Args:
     model_fn: A no-arg callable returning a new
       `tff.learning.models.VariableModel` on each call.
-    stacked_model: The same model as a `stacked_training.StackedModel`
-      (e.g. `tasks.shakespeare_functional.StackedCharLstm`).
+    vectorized_model: The same model as a `vectorized_training.VectorizedModel`
+      (e.g. `tasks.shakespeare_vectorized.VectorizedCharLstm`).
     group_size: At most this many clients train as one computation.
     client_optimizer_fn: The client optimizer (SGD, with or without
       momentum).
@@ -293,7 +294,7 @@ def build_vectorized_fed_opt(
     by_steps: Group clients of similar numbers of batches together.
 
   Returns:
-    A `GroupedLearningProcess`: `next(state, client_datasets)` takes the
+    A `VectorizedLearningProcess`: `next(state, client_datasets)` takes the
     per-client datasets, as `build_fed_opt`'s process does, and its state
     has the same type as that process's.
 
@@ -306,7 +307,7 @@ def build_vectorized_fed_opt(
   recipe_fn = fed_opt.fed_opt_recipe(server_optimizer_fn=server_optimizer_fn,
                                      model_aggregator=model_aggregator)
   return build_vectorized(
-      model_fn, recipe_fn, stacked_model, group_size=group_size,
+      model_fn, recipe_fn, vectorized_model, group_size=group_size,
       client_optimizer_fn=client_optimizer_fn,
       client_weighting=client_weighting,
       client_lr_schedule=client_lr_schedule, by_steps=by_steps)

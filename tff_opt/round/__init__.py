@@ -9,7 +9,7 @@ share; a piece of one algorithm lives with it in `tff_opt.algorithms`:
 |---|---|
 | broadcast: what the server sends | `distributors` |
 | local objective: the loss on a client | `penalties` (FedProx's proximal term, and the form every penalty takes), `losses` (the pieces of the losses that replace the model's) |
-| local work: how a client trains | `client_work` (the one local-training loop, with a `LocalObjective` and `ClientPasses`), `stacked_training` (a group of clients as one computation), `schedules` (client learning-rate decay) |
+| local work: how a client trains | `client_work` (the one local-training loop, with a `LocalObjective` and `ClientPasses`), `vectorized_training` (a group of clients as one computation), `schedules` (client learning-rate decay) |
 | report and server update | `aggregators`, `finalizers`, `optimizers` (the server optimizers of Reddi et al., Algorithm 2) |
 
 and what composes them into a process: `composers`

@@ -167,12 +167,12 @@ class ClientPasses:
       the update zeroes all of it, as for the delta alone. FedCurv's
       Fisher, SCAFFOLD's control variate, FedBN's local batch norm, the
       model's non-trainables (`recipe.with_shared_non_trainables`).
-    stacked_report_fn: `report_fn` for K clients at once on a
-      `stacked_training.StackedModel` (the vectorized client path):
+    vectorized_report_fn: `report_fn` for K clients at once on a
+      `vectorized_training.VectorizedModel` (the vectorized client path):
       `(model, weights, dataset, broadcast, *, delta, num_steps,
       learning_rate, num_examples) -> {name: [K, ...] structure}`, with the
-      clients' final weights [K, ...] (`stacked_training`'s module
-      docstring). `None` where the report has no stacked form: the
+      clients' final weights [K, ...] (`vectorized_training`'s module
+      docstring). `None` where the report has no vectorized form: the
       vectorized path then refuses the algorithm. This client work never
       calls it. FedCurv's Fisher.
 
@@ -181,16 +181,16 @@ class ClientPasses:
   """
   prepare_fn: Optional[Callable[..., Any]] = None
   report_fn: Optional[Callable[..., Any]] = None
-  stacked_report_fn: Optional[Callable[..., Any]] = None
+  vectorized_report_fn: Optional[Callable[..., Any]] = None
 
   def with_report(self, report_fn: Callable[..., Any]) -> 'ClientPasses':
     """These passes with `report_fn` in place of the report; the new
-    report has no stacked form (`stacked_report_fn` is dropped)."""
+    report has no vectorized form (`vectorized_report_fn` is dropped)."""
     return dataclasses.replace(self, report_fn=report_fn,
-                               stacked_report_fn=None)
+                               vectorized_report_fn=None)
 
   def __post_init__(self):
-    for field in ('prepare_fn', 'report_fn', 'stacked_report_fn'):
+    for field in ('prepare_fn', 'report_fn', 'vectorized_report_fn'):
       _check_hook('ClientPasses', field, getattr(self, field))
 
 
@@ -350,8 +350,8 @@ def client_work_state(
 ) -> ClientWorkState:
   """The server state every client work here keeps: round and optimizer.
 
-  Shared by `build_local_training` and the grouped client work of
-  `round/stacked_training.py`, so that a run resumes across them.
+  Shared by `build_local_training` and the vectorized client work of
+  `round/vectorized_training.py`, so that a run resumes across them.
 
   Raises:
     TypeError: If the optimizer has no `learning_rate` hyper-parameter.

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 import tensorflow_federated as tff
 
-# What a client's local training is handed (client_work, stacked_training,
+# What a client's local training is handed (client_work, vectorized_training,
 # the hooks): the round number, the client optimizer's hyper-parameters and
 # the TFF optimizers' name of the learning rate; a hook's `num_steps` (H).
 ROUND_NUM_KEY = 'round_num'

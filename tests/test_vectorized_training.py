@@ -1,9 +1,9 @@
-"""Stacked local training equals training each client on its own.
+"""Vectorized local training equals training each client on its own.
 
 Clients of 9, 5, 0 and 4 snippets (batch 4: 3, 2, 0 and 1 steps, two of them
 ending on a smaller batch) of a small Shakespeare LSTM (the task's model,
 8 x 16 units) start from one model and train together
-(`build_local_training_fn`, `StackedCharLstm`); the reference trains each
+(`build_local_training_fn`, `VectorizedCharLstm`); the reference trains each
 client alone with the task's TFF model: `forward_pass`, `tf.GradientTape`
 and the same TFF optimizer (SGD, SGD with momentum). Deltas, examples,
 steps and metrics must agree (deltas to 1e-5 of their largest entry).
@@ -14,7 +14,7 @@ An objective runs per client: a penalty that is not a sum of coordinate-wise
 terms (so that evaluating it once on the stacked weights would be wrong),
 with per-client constants from each client's number of batches, and FedADC's
 Nesterov look-ahead, against the same loop with the penalty added to each
-client's loss. FedCurv's stacked Fisher (`per_example_fisher`) equals
+client's loss. FedCurv's vectorized Fisher (`per_example_fisher`) equals
 `fed_curv.empirical_fisher_diagonal` on the TFF model, per client, with and
 without a limit on the examples. `group_datasets(by_steps=True)` groups
 clients by their numbers of batches. A non-finite client drops out of its
@@ -28,13 +28,13 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import shakespeare_functional
-from tests import test_shakespeare_functional as functional_test
+from tasks import shakespeare_vectorized
+from tests import test_shakespeare_vectorized as shakespeare_test
 from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.algorithms import fed_curv
 from tff_opt.round import client_work
 from tff_opt.round import ground
-from tff_opt.round import stacked_training
+from tff_opt.round import vectorized_training
 
 SIZES = (9, 5, 0, 4)
 LR = 0.5
@@ -45,8 +45,8 @@ def client_datasets(sizes=SIZES, seed=0, batch=4):
   rng = np.random.default_rng(seed)
   datasets = []
   for n in sizes:
-    ids = (functional_test.snippet_batch(rng, rows=n) if n else
-           np.zeros((0, functional_test.SEQ + 1), np.int32))
+    ids = (shakespeare_test.snippet_batch(rng, rows=n) if n else
+           np.zeros((0, shakespeare_test.SEQ + 1), np.int32))
     datasets.append(tf.data.Dataset.from_tensor_slices(
         (ids[:, :-1], ids[:, 1:])).batch(batch))
   return datasets
@@ -90,27 +90,32 @@ def reference(model, optimizer, start, dataset, objective=None,
   return delta, examples, steps, model.report_local_unfinalized_metrics()
 
 
+def vectorized_model_of(weights):
+  """The `VectorizedCharLstm` of one client's `weights` (their shapes)."""
+  return shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
+      [w.shape for w in weights])
+
+
 @pytest.fixture(scope='module')
 def model():
-  return functional_test.tff_model_fn(2)
+  return shakespeare_test.tff_model_fn(2)
 
 
 @pytest.mark.parametrize('optimizer', [
     tff.learning.optimizers.build_sgdm(LR),
     tff.learning.optimizers.build_sgdm(LR, momentum=0.9),
 ], ids=['sgd', 'sgdm'])
-def test_stacked_training_equals_each_client_alone(model, optimizer):
+def test_vectorized_training_equals_each_client_alone(model, optimizer):
   rng = np.random.default_rng(1)
-  start = functional_test.random_weights(model, rng)
-  stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [w.shape for w in start])
+  start = shakespeare_test.random_weights(model, rng)
+  vectorized_model = vectorized_model_of(start)
   datasets = client_datasets()
-  (group,) = stacked_training.group_datasets(datasets, group_size=4)
-  stats_dtypes = stacked_training.stats_dtypes_of(
-      stacked_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
-      functional_test.INPUT_SPEC)
-  train = stacked_training.build_local_training_fn(
-      stacked_model, optimizer, stats_dtypes)
+  (group,) = vectorized_training.group_datasets(datasets, group_size=4)
+  stats_dtypes = vectorized_training.stats_dtypes_of(
+      vectorized_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
+      shakespeare_test.INPUT_SPEC)
+  train = vectorized_training.build_local_training_fn(
+      vectorized_model, optimizer, stats_dtypes)
   hparams = optimizer.get_hparams(optimizer.initialize(
       tuple(tf.TensorSpec(w.shape, w.dtype) for w in start)))
   k = len(SIZES)
@@ -127,45 +132,46 @@ def test_stacked_training_equals_each_client_alone(model, optimizer):
       assert all(float(np.abs(d[c]).max()) == 0.0 for d in result['delta'])
     one = collections.OrderedDict(
         (name, value[c]) for name, value in result['stats'].items())
-    got_metrics = stacked_model.unfinalized_metrics(one)
+    got_metrics = vectorized_model.unfinalized_metrics(one)
     for name, values in metrics.items():
       for g, w in zip(got_metrics[name], values):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5,
                                    err_msg=name)
 
 
-def test_stack_clients_pads_and_masks():
+def test_vectorize_clients_pads_and_masks():
   batches = [[(np.ones((4, 2), np.int32), np.ones((4, 2), np.int32)),
               (np.full((1, 2), 2, np.int32), np.ones((1, 2), np.int32))],
              []]
-  stacked = stacked_training.stack_clients(batches, x_shape=(2,),
-                                           y_shape=(2,))
+  stacked = vectorized_training.vectorize_clients(batches, x_shape=(2,),
+                                                  y_shape=(2,))
   assert stacked['x'].shape == (2, 2, 4, 2)
   assert stacked['mask'].tolist() == [
       [[True] * 4, [False] * 4], [[True, False, False, False], [False] * 4]]
   assert stacked['x'][1, 0].tolist() == [[2, 2], [0, 0], [0, 0], [0, 0]]
-  empty = stacked_training.stack_clients([[]], x_shape=(2,), y_shape=(2,))
+  empty = vectorized_training.vectorize_clients([[]], x_shape=(2,),
+                                                y_shape=(2,))
   assert empty['mask'].shape == (1, 1, 1) and not empty['mask'].any()
 
 
 def test_group_sizes_are_balanced():
-  assert stacked_training.group_sizes(10, 4) == [4, 3, 3]
-  assert stacked_training.group_sizes(10, 10) == [10]
-  assert stacked_training.group_sizes(10, 20) == [10]
-  assert stacked_training.group_sizes(3, 1) == [1, 1, 1]
+  assert vectorized_training.group_sizes(10, 4) == [4, 3, 3]
+  assert vectorized_training.group_sizes(10, 10) == [10]
+  assert vectorized_training.group_sizes(10, 20) == [10]
+  assert vectorized_training.group_sizes(3, 1) == [1, 1, 1]
   with pytest.raises(ValueError, match='group_size'):
-    stacked_training.group_sizes(3, 0)
+    vectorized_training.group_sizes(3, 0)
 
 
 def test_optimizer_with_shared_state_is_refused():
   specs = [tf.TensorSpec([2, 3], tf.float32)]
-  assert stacked_training.per_client_state_keys(
+  assert vectorized_training.per_client_state_keys(
       tff.learning.optimizers.build_sgdm(0.1), specs) == ()
-  assert stacked_training.per_client_state_keys(
+  assert vectorized_training.per_client_state_keys(
       tff.learning.optimizers.build_sgdm(0.1, momentum=0.9),
       specs) == ('accumulator',)
   with pytest.raises(ValueError, match='not one tensor per weight'):
-    stacked_training.per_client_state_keys(
+    vectorized_training.per_client_state_keys(
         tff.learning.optimizers.build_adam(0.1), specs)
 
 
@@ -173,19 +179,18 @@ def test_optimizer_with_shared_state_is_refused():
 def test_a_group_of_empty_clients_takes_no_step(model, hooks):
   """Also with a penalty, a look-ahead and FedCurv's Fisher report."""
   optimizer = tff.learning.optimizers.build_sgdm(LR, momentum=0.9)
-  start = functional_test.random_weights(model, np.random.default_rng(2))
-  stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [w.shape for w in start])
-  (group,) = stacked_training.group_datasets(client_datasets(sizes=(0, 0)),
-                                             group_size=2)
+  start = shakespeare_test.random_weights(model, np.random.default_rng(2))
+  vectorized_model = vectorized_model_of(start)
+  (group,) = vectorized_training.group_datasets(
+      client_datasets(sizes=(0, 0)), group_size=2)
   kwargs, args = {}, ()
   if hooks:
     kwargs = dict(objective=_entangled_objective(), report_fn=_fisher_report)
     args = (_broadcast(start, np.random.default_rng(3)),)
-  train = stacked_training.build_local_training_fn(
-      stacked_model, optimizer, stacked_training.stats_dtypes_of(
-          stacked_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
-          functional_test.INPUT_SPEC), **kwargs)
+  train = vectorized_training.build_local_training_fn(
+      vectorized_model, optimizer, vectorized_training.stats_dtypes_of(
+          vectorized_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
+          shakespeare_test.INPUT_SPEC), **kwargs)
   hparams = optimizer.get_hparams(optimizer.initialize(
       tuple(tf.TensorSpec(w.shape, w.dtype) for w in start)))
   result = train(hparams, [np.stack([w] * 2) for w in start], group, *args)
@@ -236,26 +241,25 @@ def _broadcast(start, rng):
 
 def _fisher_report(model, weights, dataset, broadcast, **kwargs):
   del broadcast, kwargs
-  return {'fisher': stacked_training.per_example_fisher(model, weights,
-                                                        dataset)}
+  return {'fisher': vectorized_training.per_example_fisher(model, weights,
+                                                           dataset)}
 
 
 def test_penalty_and_look_ahead_run_per_client(model):
   """Each client's own penalty (with constants from its own number of
   batches) and look-ahead, not one penalty of the stacked weights."""
   rng = np.random.default_rng(3)
-  start = functional_test.random_weights(model, rng)
+  start = shakespeare_test.random_weights(model, rng)
   broadcast = _broadcast(start, rng)
   objective = _entangled_objective()
   optimizer = tff.learning.optimizers.build_sgdm(LR, momentum=0.5)
-  stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [w.shape for w in start])
+  vectorized_model = vectorized_model_of(start)
   datasets = client_datasets()
-  (group,) = stacked_training.group_datasets(datasets, group_size=4)
-  train = stacked_training.build_local_training_fn(
-      stacked_model, optimizer, stacked_training.stats_dtypes_of(
-          stacked_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
-          functional_test.INPUT_SPEC), objective=objective)
+  (group,) = vectorized_training.group_datasets(datasets, group_size=4)
+  train = vectorized_training.build_local_training_fn(
+      vectorized_model, optimizer, vectorized_training.stats_dtypes_of(
+          vectorized_model, [tf.TensorSpec(w.shape, w.dtype) for w in start],
+          shakespeare_test.INPUT_SPEC), objective=objective)
   hparams = optimizer.get_hparams(optimizer.initialize(
       tuple(tf.TensorSpec(w.shape, w.dtype) for w in start)))
   k = len(SIZES)
@@ -275,8 +279,8 @@ def test_penalty_and_look_ahead_run_per_client(model):
 
 
 def test_loss_hooks_are_refused():
-  with pytest.raises(ValueError, match='no stacked form of a loss hook'):
-    stacked_training.check_objective(client_work.LocalObjective(
+  with pytest.raises(ValueError, match='no vectorized form of a loss hook'):
+    vectorized_training.check_objective(client_work.LocalObjective(
         client_stats_fn=lambda dataset: 0))
 
 
@@ -286,15 +290,14 @@ def test_loss_hooks_are_refused():
 @pytest.mark.parametrize('limit', [None, (2, 5, 0, 1)], ids=['all', 'first'])
 def test_per_example_fisher_equals_fed_curv_per_client(model, limit):
   rng = np.random.default_rng(4)
-  per_client = [functional_test.random_weights(model, rng)
+  per_client = [shakespeare_test.random_weights(model, rng)
                 for _ in range(len(SIZES))]
   stacked = [tf.constant(np.stack(ws)) for ws in zip(*per_client)]
-  stacked_model = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [w.shape for w in per_client[0]])
+  vectorized_model = vectorized_model_of(per_client[0])
   datasets = client_datasets()
-  (group,) = stacked_training.group_datasets(datasets, group_size=4)
-  got = stacked_training.per_example_fisher(
-      stacked_model, stacked, group,
+  (group,) = vectorized_training.group_datasets(datasets, group_size=4)
+  got = vectorized_training.per_example_fisher(
+      vectorized_model, stacked, group,
       max_examples=None if limit is None else tf.constant(limit))
   for c, dataset in enumerate(datasets):
     for variable, value in zip(model.trainable_variables, per_client[c]):
@@ -313,9 +316,9 @@ def test_per_example_fisher_equals_fed_curv_per_client(model, limit):
 
 def test_group_datasets_by_steps():
   sizes = (1, 9, 0, 13, 5)  # Batches of 4: 1, 3, 0, 4, 2.
-  assert stacked_training.step_order([1, 3, 0, 4, 2]) == [3, 1, 4, 0, 2]
-  groups = stacked_training.group_datasets(client_datasets(sizes), 2,
-                                           by_steps=True)
+  assert vectorized_training.step_order([1, 3, 0, 4, 2]) == [3, 1, 4, 0, 2]
+  groups = vectorized_training.group_datasets(client_datasets(sizes), 2,
+                                              by_steps=True)
   masks = [np.stack([e['mask'] for e in g.as_numpy_iterator()])
            for g in groups]
   # Groups (13, 9), (5, 1), (0): 4, 2 and 1 (all-padding) steps.
@@ -339,16 +342,17 @@ def test_non_finite_clients_drop_out_of_their_group(weighting):
       (ground.DELTA_KEY, [
           tf.constant([[1.0, 2.0], [nan, 0.0], [3.0, 4.0], [5.0, 6.0]]),
           tf.constant([1.0, 5.0, 2.0, 7.0])]),
-      (stacked_training.NUM_EXAMPLES_KEY, tf.constant([2, 3, 5, 4],
-                                                      tf.int64)),
+      (vectorized_training.NUM_EXAMPLES_KEY,
+       tf.constant([2, 3, 5, 4], tf.int64)),
       (ground.NUM_STEPS_KEY, tf.constant([1, 1, 2, 1], tf.int64)),
-      (stacked_training.STATS_KEY, collections.OrderedDict(
+      (vectorized_training.STATS_KEY, collections.OrderedDict(
           loss=tf.constant([0.5, 7.0, 1.5, 3.0]))),
-      (stacked_training.EXTRAS_KEY, collections.OrderedDict(
+      (vectorized_training.EXTRAS_KEY, collections.OrderedDict(
           fisher=[tf.constant([[1.0], [9.0], [2.0], [inf]])])),
   ])
-  update, total, extras, stats, non_finite = stacked_training._group_update(  # pylint: disable=protected-access
-      local_result, weighting)
+  update, total, extras, stats, non_finite = (
+      vectorized_training._group_update(  # pylint: disable=protected-access
+          local_result, weighting))
   by_examples = weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
   w0, w2 = (2.0, 5.0) if by_examples else (1.0, 1.0)
   assert float(total) == w0 + w2

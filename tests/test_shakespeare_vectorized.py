@@ -1,4 +1,4 @@
-"""`StackedCharLstm` computes what the task's Keras/TFF model computes.
+"""`VectorizedCharLstm` computes what the task's Keras/TFF model computes.
 
 K = 3 models with different random weights (biases too), each on its own
 batch of snippets with padded tails (and one all-padding row), for 1 and 2
@@ -18,7 +18,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.simulation.baselines import keras_metrics
 
 from tasks import shakespeare
-from tasks import shakespeare_functional
+from tasks import shakespeare_vectorized
 
 SEQ = 80
 UNITS = 16
@@ -65,11 +65,13 @@ def test_logits_equal_the_keras_model(layers):
                                          lstm_units=UNITS, lstm_layers=layers)
   per_client = [random_weights(keras_model, rng) for _ in range(K)]
   xs = np.stack([snippet_batch(rng)[:, :SEQ] for _ in range(K)])
-  functional = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [v.shape for v in keras_model.trainable_variables])
-  assert functional.lstm_layers == layers
+  vectorized_model = (
+      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
+          [v.shape for v in keras_model.trainable_variables]))
+  assert vectorized_model.lstm_layers == layers
   stacked = [np.stack(ws) for ws in zip(*per_client)]
-  got = functional.logits([tf.constant(w) for w in stacked], tf.constant(xs))
+  got = vectorized_model.logits([tf.constant(w) for w in stacked],
+                                tf.constant(xs))
   for k in range(K):
     keras_model.set_weights(per_client[k])
     want = keras_model(xs[k]).numpy()
@@ -78,15 +80,15 @@ def test_logits_equal_the_keras_model(layers):
 
 def test_unrolled_recurrence_equals_the_scan():
   rng = np.random.default_rng(7)
-  functional = shakespeare_functional.StackedCharLstm(
+  vectorized_model = shakespeare_vectorized.VectorizedCharLstm(
       embedding_dim=8, lstm_units=UNITS, lstm_layers=2)
-  unrolled = shakespeare_functional.StackedCharLstm(
+  unrolled = shakespeare_vectorized.VectorizedCharLstm(
       embedding_dim=8, lstm_units=UNITS, lstm_layers=2, unroll=True)
   weights = [tf.constant(rng.normal(0, 0.5, (K,) + s).astype(np.float32))
-             for s in functional.weight_shapes()]
+             for s in vectorized_model.weight_shapes()]
   xs = tf.constant(np.stack([snippet_batch(rng)[:, :SEQ] for _ in range(K)]))
   np.testing.assert_allclose(unrolled.logits(weights, xs).numpy(),
-                             functional.logits(weights, xs).numpy(),
+                             vectorized_model.logits(weights, xs).numpy(),
                              rtol=0, atol=1e-6)
 
 
@@ -97,13 +99,14 @@ def test_loss_and_metrics_equal_tff_model(layers):
   per_client = [random_weights(model, rng) for _ in range(K)]
   ids = [snippet_batch(rng) for _ in range(K)]
   real_rows = [BATCH, 3, 0]  # A full batch, a smaller last batch, none.
-  functional = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [v.shape for v in model.trainable_variables])
+  vectorized_model = (
+      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
+          [v.shape for v in model.trainable_variables]))
   stacked = [tf.constant(np.stack(ws)) for ws in zip(*per_client)]
   x = np.stack([i[:, :SEQ] for i in ids])
   y = np.stack([i[:, 1:] for i in ids])
   example_mask = np.arange(BATCH)[None, :] < np.array(real_rows)[:, None]
-  loss, stats = functional.batch_loss(
+  loss, stats = vectorized_model.batch_loss(
       stacked, (tf.constant(x), tf.constant(y)), tf.constant(example_mask))
   for k in range(K):
     if real_rows[k] == 0:
@@ -121,7 +124,7 @@ def test_loss_and_metrics_equal_tff_model(layers):
     want = model.report_local_unfinalized_metrics()
     one = collections.OrderedDict((name, value[k])
                                   for name, value in stats.items())
-    got = functional.unfinalized_metrics(one)
+    got = vectorized_model.unfinalized_metrics(one)
     assert list(got) == list(want)
     for name in want:
       assert len(got[name]) == len(want[name]), name
@@ -136,24 +139,25 @@ def test_gradient_of_summed_losses_is_each_clients_own():
   model = tff_model_fn(1)
   per_client = [random_weights(model, rng) for _ in range(2)]
   ids = [snippet_batch(rng) for _ in range(2)]
-  functional = shakespeare_functional.StackedCharLstm.from_weight_shapes(
-      [v.shape for v in model.trainable_variables])
+  vectorized_model = (
+      shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
+          [v.shape for v in model.trainable_variables]))
   stacked = [tf.Variable(np.stack(ws)) for ws in zip(*per_client)]
   x = tf.constant(np.stack([i[:, :SEQ] for i in ids]))
   y = tf.constant(np.stack([i[:, 1:] for i in ids]))
   with tf.GradientTape() as tape:
-    loss, _ = functional.batch_loss(stacked, (x, y),
-                                    tf.ones([2, BATCH], tf.bool))
+    loss, _ = vectorized_model.batch_loss(stacked, (x, y),
+                                          tf.ones([2, BATCH], tf.bool))
     total = tf.reduce_sum(loss)
-  stacked_grads = [tf.convert_to_tensor(g)
-                   for g in tape.gradient(total, stacked)]
+  vectorized_grads = [tf.convert_to_tensor(g)
+                      for g in tape.gradient(total, stacked)]
   for k in range(2):
     for variable, value in zip(model.trainable_variables, per_client[k]):
       variable.assign(value)
     with tf.GradientTape() as tape:
       output = model.forward_pass((x[k], y[k]), training=True)
     grads = tape.gradient(output.loss, model.trainable_variables)
-    for got, want in zip(stacked_grads, grads):
+    for got, want in zip(vectorized_grads, grads):
       np.testing.assert_allclose(got[k].numpy(),
                                  tf.convert_to_tensor(want).numpy(),
                                  rtol=1e-4, atol=1e-6)
@@ -161,7 +165,7 @@ def test_gradient_of_summed_losses_is_each_clients_own():
 
 def test_shapes_that_are_not_the_char_lstm_are_refused():
   with pytest.raises(ValueError, match='trainable weight shapes'):
-    shakespeare_functional.StackedCharLstm.from_weight_shapes(
+    shakespeare_vectorized.VectorizedCharLstm.from_weight_shapes(
         [(90, 8), (8, 64), (16, 64), (64,), (16, 90)])
   with pytest.raises(ValueError, match='lstm_units'):
-    shakespeare_functional.StackedCharLstm(lstm_units=0)
+    shakespeare_vectorized.VectorizedCharLstm(lstm_units=0)

@@ -2,16 +2,16 @@
 
 `tasks/shakespeare.py` builds the model as Keras layers (embedding with
 `mask_zero=True`, `lstm_layers` x LSTM with `return_sequences=True`, dense to
-the 90-token vocabulary). `StackedCharLstm` computes the same logits, loss
+the 90-token vocabulary). `VectorizedCharLstm` computes the same logits, loss
 and metrics from a list of weight tensors in that model's
 `trainable_variables` order, for K models at once: every weight carries a
 leading axis K (client k's copy is `w[k]`) and every batch one too (`x[k]`
-is client k's batch). `tff_opt/round/stacked_training.py` trains K clients
+is client k's batch). `tff_opt/round/vectorized_training.py` trains K clients
 with it as one TensorFlow computation.
 
 What the Keras model computes, and this module with it (checked against the
 Keras model and TFF's `from_keras_model` wrapper in
-`tests/test_shakespeare_functional.py`):
+`tests/test_shakespeare_vectorized.py`):
 
 - Embedding: a row lookup; pad id 0 is looked up like any id (its vector is
   not zeroed), and `mask_zero` only makes the mask `x != 0`.
@@ -62,7 +62,7 @@ METRIC_NAMES = ('num_tokens', 'accuracy', 'loss', 'num_examples',
                 'num_batches')
 
 
-class StackedCharLstm:
+class VectorizedCharLstm:
   """K copies of the Shakespeare character LSTM, as one pure function.
 
   Weights are a list in the Keras model's `trainable_variables` order:
@@ -106,7 +106,7 @@ class StackedCharLstm:
 
   @classmethod
   def from_weight_shapes(cls, shapes: Sequence[Any],
-                         **kwargs) -> 'StackedCharLstm':
+                         **kwargs) -> 'VectorizedCharLstm':
     """The model whose (unstacked) trainable weights have `shapes`.
 
     Args:
@@ -115,7 +115,7 @@ class StackedCharLstm:
       **kwargs: Passed on (`pad_id`, `unroll`).
 
     Returns:
-      A `StackedCharLstm` of those sizes.
+      A `VectorizedCharLstm` of those sizes.
 
     Raises:
       ValueError: If the shapes are not those of an embedding, LSTM layers
@@ -289,8 +289,8 @@ class StackedCharLstm:
     )
 
 
-def stacked_model_for(model_fn, **kwargs) -> StackedCharLstm:
-  """The `StackedCharLstm` of the task's `model_fn` (its weight shapes).
+def vectorized_model_for(model_fn, **kwargs) -> VectorizedCharLstm:
+  """The `VectorizedCharLstm` of the task's `model_fn` (its weight shapes).
 
   Args:
     model_fn: The task's no-arg `VariableModel` builder (built once, in a
@@ -306,4 +306,4 @@ def stacked_model_for(model_fn, **kwargs) -> StackedCharLstm:
     if model.non_trainable_variables:
       raise ValueError('Expected the character LSTM (no non-trainable '
                        'variables).')
-  return StackedCharLstm.from_weight_shapes(shapes, **kwargs)
+  return VectorizedCharLstm.from_weight_shapes(shapes, **kwargs)

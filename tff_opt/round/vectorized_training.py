@@ -1,16 +1,16 @@
-"""Local training of K clients as one TensorFlow computation.
+"""Vectorized local training: K clients as one TensorFlow computation.
 
 `client_work.build_local_training` trains each client in its own TFF client
 computation: one small step after another, one client after another. Here
 the clients of a *group* train together: every weight carries a leading
 axis K (client k's copy is `w[k]`), step s feeds every client its own s-th
-batch, and one forward and backward pass of a `StackedModel` (a pure
-function of stacked weights, e.g. `tasks/shakespeare_functional.py`) serves
+batch, and one forward and backward pass of a `VectorizedModel` (a pure
+function of stacked weights, e.g. `tasks/shakespeare_vectorized.py`) serves
 all K. The loss summed over the K clients has, as its gradient with respect
 to `w[k]`, client k's own gradient (the clients share no weight), so each
 client takes exactly its own SGD steps.
 
-Data: `stack_clients` pads the clients' batch lists into arrays x, y
+Data: `vectorize_clients` pads the clients' batch lists into arrays x, y
 [S, K, B, ...] and `mask` [S, K, B] (which rows are real examples), with S
 the group's largest number of batches and B its largest batch. A client
 whose batches ran out, or whose batch is smaller, has padding rows there:
@@ -24,7 +24,7 @@ which momentum would still move). Real clients' sizes are skewed (the
 Shakespeare file: median 19 sequences, 90th percentile 152), so a group
 computes the steps its clients take, not K times its largest client's.
 
-The client work (`build_stacked_local_training`) is a TFF
+The client work (`build_vectorized_local_training`) is a TFF
 `ClientWorkProcess` whose "client" is a group: a TFF client computation
 sees one client's data, so a group's clients must arrive as one dataset
 (elements `{'x', 'y', 'mask'}` with K and B leading, `group_datasets`),
@@ -78,8 +78,8 @@ own) runs per client, as `client_work.build_local_training` runs it:
 - `look_ahead` (FedADC's Nesterov step): each active client's offsets are
   computed the same way, the gradient (loss and penalty) is taken at
   w_k + offsets_k and the optimizer steps from w_k.
-- A report pass (FedCurv's Fisher) has a stacked form of its own, given to
-  `build_stacked_local_training` as `report_fn` (the recipe's runs on a
+- A report pass (FedCurv's Fisher) has a vectorized form of its own, given to
+  `build_vectorized_local_training` as `report_fn` (the recipe's runs on a
   `VariableModel`): `(model, weights, dataset, broadcast, *, delta,
   num_steps, learning_rate, num_examples) -> {name: [K, ...] structure}`,
   run after the last step with the clients' final weights [K, ...]. A
@@ -87,9 +87,9 @@ own) runs per client, as `client_work.build_local_training` runs it:
   ...}`: `aggregators.mean_delta_sum_rest` over the groups gives the
   per-client path's weighted mean and sums. `per_example_fisher` is
   FedCurv's Fisher (`fed_curv.empirical_fisher_diagonal`'s per-example
-  path) on a `StackedModel`.
+  path) on a `VectorizedModel`.
 - A loss hook (`loss_fn_builder`, `client_stats_fn`: FedADC+) or a pre-pass
-  (`ClientPasses.prepare_fn`) runs on a `VariableModel` and has no stacked
+  (`ClientPasses.prepare_fn`) runs on a `VariableModel` and has no vectorized
   form: refused. So is client state (kept by the caller, `vectorized.py`).
 - Hooks are called as written (not converted by AutoGraph): they must not
   branch in Python on tensors (none of `penalties`' or `momentum`'s does).
@@ -122,7 +122,7 @@ STATS_KEY = 'stats'
 EXTRAS_KEY = 'extras'
 
 
-class StackedModel(Protocol):
+class VectorizedModel(Protocol):
   """K copies of a model as a pure function of stacked weights."""
 
   def batch_loss(self, weights: Sequence[tf.Tensor], batch: Any,
@@ -156,20 +156,20 @@ def _trailing_shapes(dataset: tf.data.Dataset):
   shapes = []
   for name, spec in (('x', x_spec), ('y', y_spec)):
     if not isinstance(spec, tf.TensorSpec):
-      raise TypeError(f'Stacked training needs dense tensors for {name}; '
+      raise TypeError(f'Vectorized training needs dense tensors for {name}; '
                       f'got {spec!r}.')
     trailing = spec.shape[1:]
     if not trailing.is_fully_defined():
-      raise ValueError(f'Stacked training needs {name} of a fixed shape '
+      raise ValueError(f'Vectorized training needs {name} of a fixed shape '
                        f'besides the batch axis; got {spec.shape}.')
     shapes.append((tuple(trailing.as_list()), spec.dtype.as_numpy_dtype))
   return shapes
 
 
-def stack_clients(clients: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
-                  *, x_shape: tuple[int, ...], y_shape: tuple[int, ...],
-                  x_dtype=np.int32, y_dtype=np.int32
-                  ) -> collections.OrderedDict:
+def vectorize_clients(
+    clients: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]], *,
+    x_shape: tuple[int, ...], y_shape: tuple[int, ...], x_dtype=np.int32,
+    y_dtype=np.int32) -> collections.OrderedDict:
   """Pads K clients' batches into step-major arrays.
 
   Args:
@@ -188,7 +188,7 @@ def stack_clients(clients: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]],
     ValueError: If `clients` is empty or a batch has the wrong shape.
   """
   if not clients:
-    raise ValueError('stack_clients needs at least one client.')
+    raise ValueError('vectorize_clients needs at least one client.')
   steps = max(1, max(len(batches) for batches in clients))
   rows = max([1] + [len(x) for batches in clients for x, _ in batches])
   k = len(clients)
@@ -250,7 +250,7 @@ def group_datasets(client_datasets: Sequence[tf.data.Dataset],
 
   Returns:
     One `tf.data.Dataset` per group, elements `{'x', 'y', 'mask'}` with
-    the group's K and B axes leading (`stack_clients`, one element per
+    the group's K and B axes leading (`vectorize_clients`, one element per
     step).
 
   Raises:
@@ -265,9 +265,9 @@ def group_datasets(client_datasets: Sequence[tf.data.Dataset],
     batches = [batches[c] for c in step_order([len(b) for b in batches])]
   groups, start = [], 0
   for size in group_sizes(len(batches), group_size):
-    stacked = stack_clients(batches[start:start + size], x_shape=x_shape,
-                            y_shape=y_shape, x_dtype=x_dtype,
-                            y_dtype=y_dtype)
+    stacked = vectorize_clients(batches[start:start + size],
+                                x_shape=x_shape, y_shape=y_shape,
+                                x_dtype=x_dtype, y_dtype=y_dtype)
     groups.append(tf.data.Dataset.from_tensor_slices(stacked))
     start += size
   return groups
@@ -276,12 +276,12 @@ def group_datasets(client_datasets: Sequence[tf.data.Dataset],
 def group_element_type(input_spec: Any) -> tff.Type:
   """The TFF type of a group dataset's element for a model's input spec."""
   x_spec, y_spec = ground.features_and_labels(input_spec)
-  grouped = collections.OrderedDict([
+  element = collections.OrderedDict([
       (X_KEY, tf.TensorSpec([None] + x_spec.shape.as_list(), x_spec.dtype)),
       (Y_KEY, tf.TensorSpec([None] + y_spec.shape.as_list(), y_spec.dtype)),
       (MASK_KEY, tf.TensorSpec([None, None], tf.bool)),
   ])
-  return tff.types.tensorflow_to_type(grouped)
+  return tff.types.tensorflow_to_type(element)
 
 
 # --- The optimizer on stacked weights ----------------------------------------
@@ -304,7 +304,7 @@ def _state_keys(state: Any, hparam_keys: Any,
     if not ok:
       raise ValueError(
           f'The client optimizer keeps {key!r}, which is not one tensor '
-          'per weight: stacked training can mask only per-weight state '
+          'per weight: vectorized training can mask only per-weight state '
           '(use SGD, with or without momentum).')
     keys.append(key)
   return tuple(keys)
@@ -406,15 +406,16 @@ def _client_hook(hook, broadcast, learning_rate,
 
 
 def check_objective(objective: client_work.LocalObjective) -> None:
-  """Raises ValueError if `objective` has a part without a stacked form."""
+  """Raises ValueError if `objective` has a part without a vectorized form."""
   if not isinstance(objective, client_work.LocalObjective):
     raise TypeError('objective must be a client_work.LocalObjective, got '
                     f'{type(objective).__name__}.')
   if (objective.loss_fn_builder is not None or
       objective.client_stats_fn is not None):
-    raise ValueError('Stacked client training has no stacked form of a loss '
-                     'hook (loss_fn_builder, client_stats_fn: e.g. FedADC+\'s '
-                     'distillation), which runs on a VariableModel.')
+    raise ValueError('Vectorized client training has no vectorized form of '
+                     'a loss hook (loss_fn_builder, client_stats_fn: e.g. '
+                     'FedADC+\'s distillation), which runs on a '
+                     'VariableModel.')
 
 
 def _steps_per_client(dataset: tf.data.Dataset, k: tf.Tensor) -> tf.Tensor:
@@ -426,7 +427,7 @@ def _steps_per_client(dataset: tf.data.Dataset, k: tf.Tensor) -> tf.Tensor:
 
 
 def build_local_training_fn(
-    model: StackedModel, optimizer: tff.learning.optimizers.Optimizer,
+    model: VectorizedModel, optimizer: tff.learning.optimizers.Optimizer,
     stats_dtypes: Any, *,
     objective: client_work.LocalObjective = client_work.LocalObjective(),
     report_fn: Optional[Callable[..., Any]] = None,
@@ -434,14 +435,14 @@ def build_local_training_fn(
   """Returns a `tf.function` training K clients on their stacked batches.
 
   Args:
-    model: The `StackedModel`.
+    model: The `VectorizedModel`.
     optimizer: The client optimizer (`per_client_state_keys` must accept
       it).
     stats_dtypes: A mapping name -> dtype of `model.batch_loss`'s stats.
     objective: The local objective (`client_work.LocalObjective`): its
       penalty and look-ahead run per client (module docstring); a loss hook
       is refused.
-    report_fn: Optional stacked report pass (module docstring), run after
+    report_fn: Optional vectorized report pass (module docstring), run after
       the last step.
 
   Returns:
@@ -579,10 +580,10 @@ def build_local_training_fn(
   return local_training
 
 
-# --- A stacked report pass: FedCurv's Fisher ---------------------------------
+# --- A vectorized report pass: FedCurv's Fisher ------------------------------
 
 
-def per_example_fisher(model: StackedModel, weights: Sequence[tf.Tensor],
+def per_example_fisher(model: VectorizedModel, weights: Sequence[tf.Tensor],
                        dataset: tf.data.Dataset,
                        max_examples: Optional[tf.Tensor] = None
                        ) -> list[tf.Tensor]:
@@ -593,8 +594,8 @@ def per_example_fisher(model: StackedModel, weights: Sequence[tf.Tensor],
   the fast path (the character LSTM): example i's loss is the model's batch
   loss on a batch of i alone, and F_k = sum_i (grad l_i)^2 / n_k over
   client k's first `max_examples[k]` examples (all of them without it), in
-  its dataset's order; 0 for a client without one. The stacked model must
-  compute the inference-mode loss (no dropout; `StackedCharLstm` has none).
+  its dataset's order; 0 for a client without one. The vectorized model must
+  compute the inference-mode loss (no dropout; `VectorizedCharLstm` has none).
 
   Per step, the rows that count are gathered (`tf.where` of the mask and
   the limit), each gets its own copy of its client's weights ([N, ...],
@@ -605,7 +606,7 @@ def per_example_fisher(model: StackedModel, weights: Sequence[tf.Tensor],
   2 N model sizes (N <= K B; the paper's LSTM, K = 10, B = 4: ~260 MB).
 
   Args:
-    model: The `StackedModel`.
+    model: The `VectorizedModel`.
     weights: The clients' weights, [K, ...] each.
     dataset: The group's dataset (`group_datasets`).
     max_examples: Optional [K] integer tensor: the examples of each client
@@ -650,12 +651,12 @@ def per_example_fisher(model: StackedModel, weights: Sequence[tf.Tensor],
   return [tf.math.divide_no_nan(s, _leading(counts, s)) for s in sums]
 
 
-def stats_dtypes_of(model: StackedModel, weight_specs: Sequence[Any],
+def stats_dtypes_of(model: VectorizedModel, weight_specs: Sequence[Any],
                     input_spec: Any) -> collections.OrderedDict:
   """name -> dtype of `model.batch_loss`'s stats (traced once, in a graph).
 
   Args:
-    model: The `StackedModel`.
+    model: The `VectorizedModel`.
     weight_specs: One client's weight `tf.TensorSpec`s.
     input_spec: The model's `(x, y)` input spec (batch axis first).
   """
@@ -721,9 +722,9 @@ def _type_of(tensors: Any) -> tff.Type:
       lambda t: tf.TensorSpec(t.shape, t.dtype), tensors))
 
 
-def build_stacked_local_training(
+def build_vectorized_local_training(
     model_fn: Callable[[], tff.learning.models.VariableModel],
-    stacked_model: StackedModel,
+    vectorized_model: VectorizedModel,
     client_optimizer: tff.learning.optimizers.Optimizer,
     *,
     objective: client_work.LocalObjective = client_work.LocalObjective(),
@@ -738,7 +739,7 @@ def build_stacked_local_training(
   Args:
     model_fn: The task's no-arg `VariableModel` builder: its weights type,
       input spec and metric finalizers are the process's.
-    stacked_model: The same model as a `StackedModel`.
+    vectorized_model: The same model as a `VectorizedModel`.
     client_optimizer: The client optimizer (SGD, with or without
       momentum), with a `learning_rate` hyper-parameter.
     objective: The clients' local objective (penalty, look-ahead, step
@@ -746,7 +747,7 @@ def build_stacked_local_training(
       takes it.
     broadcast_type: The unplaced type of what the distributor sends; the
       model's `ModelWeights` type when `None`.
-    report_fn: Optional stacked report pass (module docstring); the update
+    report_fn: Optional vectorized report pass (module docstring); the update
       is then `{'delta': ..., **its entries}`, each summed over the group.
     client_weighting: `NUM_EXAMPLES` (default) or `UNIFORM`, per client.
     learning_rate_schedule: Optional round number -> client learning rate.
@@ -761,7 +762,7 @@ def build_stacked_local_training(
       or the optimizer has no `learning_rate`.
     ValueError: If the model has non-trainable variables, the optimizer
       keeps state other than one tensor per weight, the objective has a
-      loss hook, or the stacked model's metrics do not have the structure
+      loss hook, or the vectorized model's metrics do not have the structure
       of the model's.
   """
   check_objective(objective)
@@ -777,18 +778,18 @@ def build_stacked_local_training(
                     for v in model.trainable_variables]
     if model.non_trainable_variables:
       raise ValueError(
-          'Stacked training needs a model without non-trainable variables; '
+          'Vectorized training needs a model without non-trainable variables; '
           f'this one has {len(model.non_trainable_variables)}.')
   per_client_state_keys(client_optimizer, weight_specs)
-  stats_dtypes = stats_dtypes_of(stacked_model, weight_specs, input_spec)
+  stats_dtypes = stats_dtypes_of(vectorized_model, weight_specs, input_spec)
   with tf.Graph().as_default():
-    stacked_metrics = stacked_model.unfinalized_metrics(
+    vectorized_metrics = vectorized_model.unfinalized_metrics(
         collections.OrderedDict((n, tf.zeros([], d))
                                 for n, d in stats_dtypes.items()))
-    stacked_metrics_type = _type_of(stacked_metrics)
-  if not stacked_metrics_type.is_equivalent_to(metrics_type):
-    raise ValueError('The stacked model reports metrics of type '
-                     f'{stacked_metrics_type}, the model {metrics_type}.')
+    vectorized_metrics_type = _type_of(vectorized_metrics)
+  if not vectorized_metrics_type.is_equivalent_to(metrics_type):
+    raise ValueError('The vectorized model reports metrics of type '
+                     f'{vectorized_metrics_type}, the model {metrics_type}.')
   data_type = tff.SequenceType(group_element_type(input_spec))
   if broadcast_type is None:
     broadcast_type = weights_type
@@ -800,7 +801,7 @@ def build_stacked_local_training(
 
   @tff.tensorflow.computation(state.hparams_type, broadcast_type, data_type)
   def group_update(hparams, broadcast, dataset):
-    train = build_local_training_fn(stacked_model, client_optimizer,
+    train = build_local_training_fn(vectorized_model, client_optimizer,
                                     stats_dtypes, objective=objective,
                                     report_fn=report_fn)
     first = dataset.take(1).get_single_element()
@@ -819,7 +820,7 @@ def build_stacked_local_training(
                                        list(extras.items()))
     return (tff.learning.templates.ClientResult(update=update,
                                                 update_weight=weight),
-            stacked_model.unfinalized_metrics(stats), non_finite)
+            vectorized_model.unfinalized_metrics(stats), non_finite)
 
   @tff.federated_computation(
       state.init_fn.type_signature.result,
