@@ -58,6 +58,7 @@ from binaries import paper_tables  # pylint: disable=g-import-not-at-top
 from binaries import tables  # pylint: disable=g-import-not-at-top
 from binaries import sweep  # pylint: disable=g-import-not-at-top
 from tff_opt.program import analysis  # pylint: disable=g-import-not-at-top
+from tff_opt.program import output_dir as output_dir_lib  # pylint: disable=g-import-not-at-top
 from tff_opt.program import files  # pylint: disable=g-import-not-at-top
 
 RUNS_DIR = 'runs'
@@ -336,8 +337,8 @@ def _resolve(points: Sequence[Point], where: str) -> dict:
       # A run to resume: refused now if it was made with other settings,
       # rather than when its turn comes.
       try:
-        train.prepare_output_dir(hparams)
-      except train.UsageError as e:
+        output_dir_lib.prepare(hparams, train.RESUMABLE_CHANGES)
+      except output_dir_lib.RefusedError as e:
         raise UsageError(f'{where}: point {p.name}: {e}') from e
     needed = registry.ALGORITHMS[hparams['algorithm']].needed
     missing = [h for h in needed if hparams.get(h) is None]

@@ -24,10 +24,8 @@ so is a directory another `binaries.train` is writing (`.lock`).
 import ast
 import datetime
 import importlib
-import json
 import os
 import sys
-import tempfile
 
 # TensorFlow's environment (oneDNN, C++ log level): binaries/__init__.py.
 
@@ -38,7 +36,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.algorithms import hparams as hparams_lib
 from tff_opt.program import analysis
-from tff_opt.program import files
+from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import output_lock
 from tff_opt.program import registry
 from tff_opt.program import runtime
@@ -519,97 +517,6 @@ def ignored_flags_note(hparams: dict) -> str | None:
           'ignored_flags in hparams.json).')
 
 
-def prepare_output_dir(hparams: dict) -> bool:
-  """Creates or checks `output_dir`; returns True when resuming.
-
-  Raises:
-    UsageError: If the directory is not writable, holds results made with
-      other settings, or holds results without their hparams.json.
-  """
-  output_dir = hparams['output_dir']
-  path = os.path.join(output_dir, analysis.HPARAMS_FILE)
-  try:
-    os.makedirs(output_dir, exist_ok=True)
-    # A probe of its own: processes checking the same directory at once
-    # (two claims chains validating a claim's runs) must not remove each
-    # other's.
-    fd, probe = tempfile.mkstemp(prefix='.write_test.', dir=output_dir)
-    os.close(fd)
-    os.remove(probe)
-  except OSError as e:
-    raise UsageError(f'--output_dir={output_dir} is not a writable directory: '
-                     f'{e.strerror or e}.') from e
-  if os.path.exists(path):
-    try:
-      with open(path) as f:
-        saved = json.load(f)
-    except (OSError, ValueError) as e:
-      raise UsageError(f'--output_dir={output_dir}: cannot read {path} '
-                       f'({e}); refusing to touch that directory.') from e
-    # A run recorded before the flags were renamed (`mu`, not `fedprox_mu`).
-    saved = registry.with_current_names(saved)
-    differences = [
-        f'--{k}={hparams.get(k)!r} (saved run: {saved.get(k)!r})'
-        for k in sorted(hparams)
-        if k not in RESUMABLE_CHANGES and not _same_setting(
-            k, saved.get(k), hparams[k])
-    ]
-    if differences:
-      raise UsageError(
-          f'--output_dir={output_dir} holds a run with other settings: ' +
-          '; '.join(differences) +
-          '. Use another --output_dir, or the same settings to resume.')
-    return True
-  leftovers = [n for n in os.listdir(output_dir) if not n.startswith('.')]
-  if leftovers:
-    raise UsageError(
-        f'--output_dir={output_dir} is not empty and has no '
-        f'{analysis.HPARAMS_FILE} '
-        f'(found {", ".join(sorted(leftovers)[:3])}); refusing to write '
-        'into it. Use an empty or new directory.')
-  return False
-
-
-def _same_setting(name: str, saved, value) -> bool:
-  """Whether a saved run's setting `saved` is the run's `value`.
-
-  A declared integer hyper-parameter that an older run recorded as the
-  text of that integer (`--fedfor_grad_at_zero` was an enum of '0' and '1')
-  is the same setting.
-  """
-  if saved == value:
-    return True
-  declared = {h.flag: h for h in registry.algorithm_hparams()}.get(name)
-  return (declared is not None and declared.kind == 'integer' and
-          isinstance(saved, str) and isinstance(value, int) and
-          saved == str(value))
-
-
-def lock_output_dir(output_dir: str):
-  """Takes `output_dir`'s lock until this process exits (`output_lock`).
-
-  Returns:
-    The open lock file (closing it releases the lock; `main` releases it,
-    by `output_lock.release_all`, when it ends).
-
-  Raises:
-    UsageError: If another process is writing the directory.
-  """
-  try:
-    return output_lock.acquire(output_dir)
-  except output_lock.LockedError as e:
-    raise UsageError(
-        f'--output_dir={output_dir} is being written by another '
-        f'binaries.train (pid {e.holder}); wait for it to end, or use another '
-        '--output_dir.') from e
-
-
-def write_hparams(hparams: dict, extra: dict) -> None:
-  path = os.path.join(hparams['output_dir'], analysis.HPARAMS_FILE)
-  with files.replaced_atomically(path) as f:
-    json.dump({**hparams, **extra}, f, indent=2, sort_keys=True)
-
-
 def run(hparams: dict) -> None:
   """Builds the task and the algorithm from `hparams` and trains."""
   # Heavy imports here, so that bad flags are reported without paying them.
@@ -621,8 +528,11 @@ def run(hparams: dict) -> None:
 
   # The collector stops re-scanning what the imports made (binaries/__init__).
   binaries.freeze_imports()
-  resuming = prepare_output_dir(hparams)
-  lock_output_dir(hparams['output_dir'])
+  try:
+    resuming = output_dir_lib.prepare(hparams, RESUMABLE_CHANGES)
+    output_dir_lib.lock(hparams['output_dir'])
+  except output_dir_lib.RefusedError as e:
+    raise UsageError(str(e)) from e
   _set_execution_context(hparams)
 
   task, round_data = _create_task(hparams)
@@ -641,7 +551,7 @@ def run(hparams: dict) -> None:
 
   record_resumed_hparams = None
   if not resuming:
-    write_hparams(hparams, {
+    output_dir_lib.write_hparams(hparams, {
         'num_train_clients': len(client_ids),
         'num_test_clients': num_test,
         'partition': tasks.describe_task_data(
@@ -656,7 +566,8 @@ def run(hparams: dict) -> None:
       # Once the training loop has accepted the checkpoint: a refused
       # resume (fewer --rounds, no readable checkpoint) changes nothing.
       del start_round
-      write_hparams(hparams, _saved_extras(hparams))
+      output_dir_lib.write_hparams(hparams,
+                                   output_dir_lib.saved_extras(hparams))
 
   # The initial model is a function of --seed (and is made before the
   # evaluator's model, which draws from the same seeded generator).
@@ -917,18 +828,6 @@ def _personalize(hparams, client_optimizer, model_weights, trained) -> None:
   print(personalization.summary_line(result), flush=True)
 
 
-def _saved_extras(hparams: dict) -> dict:
-  """What the saved hparams.json holds beside `hparams` (the partition...).
-
-  `ignored_flags` is this invocation's, never an earlier one's.
-  """
-  path = os.path.join(hparams['output_dir'], analysis.HPARAMS_FILE)
-  with open(path) as f:
-    saved = json.load(f)
-  return {k: v for k, v in saved.items()
-          if k not in hparams and k != 'ignored_flags'}
-
-
 def _max_concurrent_clients() -> int | None:
   """--max_concurrent_clients, or its default for a local run.
 
@@ -1107,7 +1006,7 @@ def main(argv):
       created = hparams['output_dir']
     run(hparams)
   except UsageError as e:
-    _remove_if_no_files(created)
+    output_dir_lib.remove_if_no_files(created)
     _fail(str(e))
   except KeyboardInterrupt as e:
     # Ctrl-C, SIGTERM or SIGHUP: the loop checkpointed its last finished
@@ -1140,24 +1039,6 @@ def _exit_interrupted(error: KeyboardInterrupt, hparams) -> None:
     if FLAGS.output_dir is None:
       extra.append(f'--output_dir={where}')
   binaries.exit_interrupted('train', error, done=done, extra=extra)
-
-
-def _remove_if_no_files(path) -> None:
-  """Removes `path` (created by this run) if no file was written under it.
-
-  A refused run leaves nothing behind; a directory holding any file (even
-  one written by someone else meanwhile) but this run's `.lock` is kept.
-  """
-  if not path or not os.path.isdir(path):
-    return
-  lock = output_lock.LOCK_FILE
-  if any(files for root, _, files in os.walk(path)
-         if files != ([lock] if root == path else [])):
-    return
-  if os.path.exists(os.path.join(path, lock)):
-    os.remove(os.path.join(path, lock))
-  for root, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
-    os.rmdir(root)
 
 
 def _fail(message: str) -> None:

@@ -20,6 +20,7 @@ from binaries import paper_tables
 from binaries import reproduce
 from binaries import train
 from tests import binary
+from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import output_lock
 
 Measure = paper_tables.Measure
@@ -584,7 +585,7 @@ def test_a_rounds_to_tuning_stops_each_candidate_at_its_target(
     train.FLAGS.unparse_flags()
     try:
       train.FLAGS(['train', *argv])
-      train.write_hparams(train.resolve_hparams(), {})
+      output_dir_lib.write_hparams(train.resolve_hparams(), {})
     finally:
       train.FLAGS.unparse_flags()
     slope = _SLOPES[_flag(argv, 'mu')]

@@ -16,6 +16,7 @@ import pytest
 from binaries import train
 from tests import binary
 from tff_opt.algorithms import hparams as hparams_lib
+from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import registry
 
 
@@ -178,19 +179,20 @@ def _old_run(tmp_path, **settings):
 
 def test_a_run_recorded_with_old_names_resumes(tmp_path):
   output_dir = _old_run(tmp_path)
-  assert train.prepare_output_dir(
+  assert output_dir_lib.prepare(
       {'algorithm': 'fedcurv', 'fedcurv_lam': 1.0, 'fedcurv_exact': 'auto',
-       'rounds': 5, 'output_dir': output_dir}) is True
+       'rounds': 5, 'output_dir': output_dir},
+      train.RESUMABLE_CHANGES) is True
 
 
 def test_a_run_recorded_with_old_names_refuses_another_value(tmp_path):
   output_dir = _old_run(tmp_path)
-  with pytest.raises(train.UsageError, match=(
+  with pytest.raises(output_dir_lib.RefusedError, match=(
       r'holds a run with other settings: --fedcurv_lam=3\.0 '
       r'\(saved run: 1\.0\)\. ')):
-    train.prepare_output_dir(
+    output_dir_lib.prepare(
         {'algorithm': 'fedcurv', 'fedcurv_lam': 3.0, 'fedcurv_exact': 'auto',
-         'rounds': 3, 'output_dir': output_dir})
+         'rounds': 3, 'output_dir': output_dir}, train.RESUMABLE_CHANGES)
 
 
 def test_an_old_spelling_that_is_also_a_flag_is_refused():

@@ -10,6 +10,7 @@ import pytest
 
 from binaries import train
 from tests import binary
+from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import registry
 
 
@@ -71,10 +72,10 @@ def test_fedcurv_exact_and_fedfor_grad_at_zero_are_recorded():
 def test_a_run_that_recorded_grad_at_zero_as_text_resumes():
   # --fedfor_grad_at_zero was an enum of '0' and '1': a run recorded so is
   # the same setting as the integer flag; nothing else is read leniently.
-  assert train._same_setting('fedfor_grad_at_zero', '1', 1)
-  assert not train._same_setting('fedfor_grad_at_zero', '0', 1)
-  assert not train._same_setting('rounds', '3', 3)
-  assert not train._same_setting('client_lr', '0.1', 0.1)
+  assert output_dir_lib.same_setting('fedfor_grad_at_zero', '1', 1)
+  assert not output_dir_lib.same_setting('fedfor_grad_at_zero', '0', 1)
+  assert not output_dir_lib.same_setting('rounds', '3', 3)
+  assert not output_dir_lib.same_setting('client_lr', '0.1', 0.1)
 
 
 def test_feddyn_runs_its_papers_sgd_step_not_the_tasks_yogi():

@@ -17,6 +17,7 @@ from binaries import train
 from tasks import sqlite_data
 from tests import binary
 from tff_opt.program import evaluation
+from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import output_lock
 
 FAST = ['--task=digits', '--clients_per_round=5', '--client_epochs=1',
@@ -120,7 +121,7 @@ def test_refuses_output_dir_another_trainer_is_writing(tmp_path, capsys):
   """A second trainer on one directory is refused before touching it."""
   output_dir = str(tmp_path / 'run')
   os.makedirs(output_dir)
-  held = train.lock_output_dir(output_dir)  # As a running trainer holds it.
+  held = output_dir_lib.lock(output_dir)  # As a running trainer holds it.
   try:
     assert _run(*FAST, '--rounds=1', f'--output_dir={output_dir}') == 2
     assert capsys.readouterr().err == (
@@ -132,7 +133,7 @@ def test_refuses_output_dir_another_trainer_is_writing(tmp_path, capsys):
     held.close()
     output_lock.release_all()
   # Released (as when its holder exits): the directory is usable again.
-  train.lock_output_dir(output_dir)
+  output_dir_lib.lock(output_dir)
   output_lock.release_all()
 
 
@@ -167,7 +168,8 @@ def test_write_probe_leaves_other_processes_files_alone(tmp_path):
   output_dir = tmp_path / 'run'
   output_dir.mkdir()
   (output_dir / '.write_test').write_text('another process')
-  assert train.prepare_output_dir({'output_dir': str(output_dir)}) is False
+  assert output_dir_lib.prepare({'output_dir': str(output_dir)},
+                                train.RESUMABLE_CHANGES) is False
   assert os.listdir(output_dir) == ['.write_test']
   assert (output_dir / '.write_test').read_text() == 'another process'
 
