@@ -22,6 +22,7 @@ so is a directory another `binaries.train` is writing (`.lock`).
 """
 
 import ast
+import contextlib
 import datetime
 import importlib
 import os
@@ -36,11 +37,11 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 import binaries  # pylint: disable=g-bad-import-order
 from tff_opt.algorithms import hparams as hparams_lib
 from tff_opt.program import analysis
+from tff_opt.program import execution
 from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import output_lock
 from tff_opt.program import registry
 from tff_opt.program import runtime
-from tff_opt.program import worker_env
 from tff_opt.round import optimizers
 
 # Imported after absl so flag definitions below can list their choices.
@@ -379,11 +380,20 @@ def resolve_hparams() -> dict:
     return value if value is not None else getattr(
         defaults, default_name or flag_name)
 
+  task_options = parse_task_options(FLAGS.task_option)
+  with _refusals_as_usage_errors():  # In the order the settings are listed.
+    max_concurrent = execution.max_concurrent_clients(
+        FLAGS.max_concurrent_clients, FLAGS.workers)
+    workers = execution.resolve_workers(
+        FLAGS.workers, tls_root_cert=FLAGS.worker_tls_root_cert,
+        worker_settings={
+            'max_concurrent_clients': FLAGS.max_concurrent_clients,
+            'intra_op_threads': FLAGS.intra_op_threads})
   hparams = {
       'task': FLAGS.task,
       'algorithm': FLAGS.algorithm,
       'data_dir': FLAGS.data_dir,
-      'task_options': parse_task_options(FLAGS.task_option),
+      'task_options': task_options,
       'server_opt': pick('server_opt', 'server_optimizer'),
       'server_lr': pick('server_lr'),
       'server_tau': pick('server_tau'),
@@ -405,12 +415,12 @@ def resolve_hparams() -> dict:
       'eval_every': pick('eval_every'),
       'seed': FLAGS.seed,
       'checkpoint_every': FLAGS.checkpoint_every,
-      'max_concurrent_clients': _max_concurrent_clients(),
+      'max_concurrent_clients': max_concurrent,
       'intra_op_threads': FLAGS.intra_op_threads,
       # TensorFlow's oneDNN kernels (round-off differs from Eigen's): set
       # from TF_ENABLE_ONEDNN_OPTS at the top of this file, for the record.
       'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS') == '1',
-      'workers': _resolve_workers(),
+      'workers': workers,
       'worker_tls_root_cert': FLAGS.worker_tls_root_cert,
       'worker_timeout': FLAGS.worker_timeout,
       'gpu_memory_growth': FLAGS.gpu_memory_growth,
@@ -528,12 +538,19 @@ def run(hparams: dict) -> None:
 
   # The collector stops re-scanning what the imports made (binaries/__init__).
   binaries.freeze_imports()
-  try:
+  with _refusals_as_usage_errors():
     resuming = output_dir_lib.prepare(hparams, RESUMABLE_CHANGES)
     output_dir_lib.lock(hparams['output_dir'])
-  except output_dir_lib.RefusedError as e:
-    raise UsageError(str(e)) from e
-  _set_execution_context(hparams)
+    execution.set_context(
+        workers=hparams['workers'],
+        max_concurrent_clients=hparams['max_concurrent_clients'],
+        intra_op_threads=hparams['intra_op_threads'],
+        tls_root_cert=hparams['worker_tls_root_cert'],
+        worker_timeout=hparams['worker_timeout'],
+        gpu_memory_growth=hparams['gpu_memory_growth'],
+        logical_gpus=hparams['logical_gpus'],
+        logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb,
+        log=lambda line: print(line, flush=True))
 
   task, round_data = _create_task(hparams)
   client_ids = sorted(task.datasets.train_data.client_ids)
@@ -675,7 +692,10 @@ def _build_process(hparams: dict, task, num_clients: int):
   if hparams.get('client_vectorization'):
     process = _vectorized_process(hparams, task, process)
   # The process that runs is the one checked (its compiled form is cached).
-  _check_workers_can_run(hparams, process)
+  with _refusals_as_usage_errors():
+    execution.check_workers_can_run(
+        process, workers=hparams['workers'], algorithm=hparams['algorithm'],
+        fedbn=hparams.get('fedbn', False))
   return process, shared
 
 
@@ -828,74 +848,29 @@ def _personalize(hparams, client_optimizer, model_weights, trained) -> None:
   print(personalization.summary_line(result), flush=True)
 
 
-def _max_concurrent_clients() -> int | None:
-  """--max_concurrent_clients, or its default for a local run.
-
-  The default caps a local run's concurrent client computations at its
-  worker's TensorFlow inter-op threads when the environment sets them
-  (TF_NUM_INTEROP_THREADS): more at once than that pool has threads run in
-  turns that leave the core idle (`worker_env`'s docstring has the
-  figures). It changes how a run computes, not what (the checkpoints are
-  the same bit for bit; `RESUMABLE_CHANGES`). With --workers it is each
-  worker's setting, so nothing is set here.
-
-  Raises:
-    UsageError: If TF_NUM_INTEROP_THREADS is set to anything but a
-      positive integer.
-  """
-  if FLAGS.max_concurrent_clients is not None or FLAGS.workers is not None:
-    return FLAGS.max_concurrent_clients
-  try:
-    return worker_env.default_max_concurrent_clients()
-  except ValueError as e:
-    raise UsageError(str(e)) from e
-
-
-def _resolve_workers() -> str | None:
-  """Checks --workers; returns it normalized (`None`: run locally).
-
-  Raises:
-    UsageError: If an address is malformed, --max_concurrent_clients or
-      --intra_op_threads is also given (they belong to each worker), or
-      --worker_tls_root_cert is given without --workers.
-  """
-  if FLAGS.workers is None:
-    if FLAGS.worker_tls_root_cert is not None:
-      raise UsageError(f'--worker_tls_root_cert={FLAGS.worker_tls_root_cert}'
-                       ': needs --workers.')
-    return None
-  try:
-    workers = runtime.parse_workers(FLAGS.workers)
-  except ValueError as e:
-    raise UsageError(f'--workers={FLAGS.workers}: ' +
-                     str(e).removeprefix('workers: ')) from e
-  for name in ('max_concurrent_clients', 'intra_op_threads'):
-    if getattr(FLAGS, name) is not None:
-      raise UsageError(f'--{name}={getattr(FLAGS, name)}: with --workers, '
-                       'set it on each worker (python -m binaries.worker '
-                       f'--{name}=N).')
-  return ','.join(f'{host}:{port}' for host, port in workers)
-
-
 # The tasks whose model has a vectorized form
 # (`vectorized_training.VectorizedModel`), by task name: the module whose
-# `vectorized_model_for(model_fn)` builds it.
+# `vectorized_model_for(model_fn)` builds it. Here, not in
+# `tff_opt.program.execution`: the library does not import `tasks`.
 _VECTORIZED_MODELS = {'shakespeare': 'tasks.shakespeare_vectorized'}
 
 
 def _vectorized_process(hparams: dict, task, process):
   """`--client_vectorization=K`: `process` with clients trained in groups.
 
-  The algorithm is the one `process` runs (`vectorized.vectorize` rebuilds
-  it from its own arguments); its state is the same, so a run resumes
-  across the flag.
+  Args:
+    hparams: The run's settings (`task`, `algorithm`, `client_vectorization`).
+    task: The task, whose `model_fn` the vectorized model is made from.
+    process: The algorithm's process, as its builder made it.
+
+  Returns:
+    The process that trains the round's clients in groups of K.
 
   Raises:
     UsageError: If the task's model has no vectorized form, or the algorithm
-      has a part the vectorized client work cannot run (client state, a loss
-      hook, a client optimizer with shared state).
+      has a part the vectorized client work cannot run
+      (`execution.vectorize`).
   """
-  from tff_opt.algorithms import vectorized  # pylint: disable=g-import-not-at-top
   k = hparams['client_vectorization']
   if hparams['task'] not in _VECTORIZED_MODELS:
     raise UsageError(
@@ -905,88 +880,19 @@ def _vectorized_process(hparams: dict, task, process):
         'the flag (or set it to 0).')
   vectorized_model_for = importlib.import_module(
       _VECTORIZED_MODELS[hparams['task']]).vectorized_model_for
+  with _refusals_as_usage_errors():
+    return execution.vectorize(
+        process, vectorized_model_for(task.model_fn), group_size=k,
+        algorithm=hparams['algorithm'])
+
+
+@contextlib.contextmanager
+def _refusals_as_usage_errors():
+  """Turns the program modules' one-line refusals into `UsageError`s."""
   try:
-    return vectorized.vectorize(process, vectorized_model_for(task.model_fn),
-                                group_size=k)
-  except ValueError as e:
-    line = str(e)
-    if hparams['algorithm'] == 'fedcurv' and 'client state' in line:
-      line = (line.rstrip('.') + ' (FedCurv\'s Eq. 3 keeps each client\'s '
-              'last Fisher terms; --fedcurv_exact=off runs its stateless '
-              'variant).')
-    raise UsageError(f'--client_vectorization={k}: '
-                     f'--algorithm={hparams["algorithm"]}: {line}') from e
-
-
-def _check_workers_can_run(hparams: dict, process) -> None:
-  """Refuses --workers for a process TFF 0.87's workers cannot run.
-
-  Client states travel with each client's position in the round
-  (`client_states.compose`), so client-stateful processes run there, FedCurv's
-  Eq. 3 included (tests/test_workers_stateful.py compares every registered
-  algorithm with a local run). Refused, before anything is written: a round
-  that TFF's multi-worker compiler cannot split at a single aggregation
-  (`runtime.check_runs_on_workers`; no registered algorithm has one). The
-  compiled form is cached for the first round.
-
-  Raises:
-    UsageError: If --workers is set and `process` is such a round.
-  """
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import client_states  # pylint: disable=g-import-not-at-top
-  if not hparams['workers']:
-    return
-  stateful = client_states.is_client_stateful(process)
-  fedbn = ' --fedbn' if hparams.get('fedbn') else ''
-  head = (f'--workers={hparams["workers"]}: --algorithm='
-          f'{hparams["algorithm"]}{fedbn}')
-  computation = process.next_computation if stateful else process.next
-  if not isinstance(computation, tff.Computation):
-    return
-  try:
-    runtime.check_runs_on_workers(computation)
-  except runtime.NotMergeableError as e:
-    raise UsageError(f'{head} cannot run on TFF workers: {e}; run it '
-                     'without --workers.') from e
-
-
-def _set_execution_context(hparams: dict) -> None:
-  """GPU settings, then TFF's local C++ context or the --workers context.
-
-  Raises:
-    UsageError: If a GPU flag is inconsistent, the root certificate cannot
-      be read, or a worker does not answer.
-  """
-  try:
-    runtime.configure_gpus(
-        memory_growth=hparams['gpu_memory_growth'],
-        logical_gpus=hparams['logical_gpus'],
-        logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb,
-        log=lambda line: print(line, flush=True))
-  except ValueError as e:
-    # The one refusal the flags' bounds let through: --logical_gpus with
-    # --gpu_memory_growth.
-    raise UsageError(f'--logical_gpus={hparams["logical_gpus"]}: {e}') from e
-  if not hparams['workers']:
-    runtime.set_local_execution_context(
-        hparams['max_concurrent_clients'],
-        intra_op_threads=hparams['intra_op_threads'])
-    return
-  root_cert = None
-  if hparams['worker_tls_root_cert']:
-    path = hparams['worker_tls_root_cert']
-    try:
-      with open(path, 'rb') as f:
-        root_cert = f.read()
-    except OSError as e:
-      raise UsageError(f'--worker_tls_root_cert={path}: cannot read it: '
-                       f'{e.strerror or e}.') from e
-  try:
-    runtime.set_remote_execution_context(
-        hparams['workers'], tls_root_certificates=root_cert,
-        connect_timeout=hparams['worker_timeout'])
-  except runtime.WorkerError as e:
-    raise UsageError(f'--workers={hparams["workers"]}: {e}') from e
+    yield
+  except (execution.RefusedError, output_dir_lib.RefusedError) as e:
+    raise UsageError(str(e)) from e
 
 
 def main(argv):

@@ -502,18 +502,18 @@ def two_dependent_aggregates(value_type, weight_type) -> tff.Computation:
 def test_round_that_does_not_split_is_refused_in_one_line():
   # No registered algorithm has such a round any more (FedPTR's cosine is
   # one aggregation); the trainer checks before anything runs.
-  from binaries import train  # pylint: disable=g-import-not-at-top
+  from tff_opt.program import execution  # pylint: disable=g-import-not-at-top
   process = types.SimpleNamespace(next=two_dependent_aggregates(
       tff.types.to_type((np.float32, [2])), tff.types.to_type(np.float32)))
-  hparams = {'workers': '127.0.0.1:1', 'algorithm': 'fedptr_s'}
-  with pytest.raises(train.UsageError) as error:
-    train._check_workers_can_run(hparams, process)  # pylint: disable=protected-access
+  with pytest.raises(execution.RefusedError) as error:
+    execution.check_workers_can_run(
+        process, workers='127.0.0.1:1', algorithm='fedptr_s')
   assert str(error.value) == (
       '--workers=127.0.0.1:1: --algorithm=fedptr_s cannot run on TFF '
       'workers: one of its aggregates is computed from another aggregate\'s '
       'result in the same round, and TFF 0.87\'s multi-worker context splits '
       'a round at a single aggregation; run it without --workers.')
-  train._check_workers_can_run({**hparams, 'workers': ''}, process)  # pylint: disable=protected-access
+  execution.check_workers_can_run(process, workers='', algorithm='fedptr_s')
 
 
 def test_worker_killed_mid_run_then_resume_loses_nothing(
