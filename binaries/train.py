@@ -41,6 +41,7 @@ from tff_opt.program import execution
 from tff_opt.program import output_dir as output_dir_lib
 from tff_opt.program import output_lock
 from tff_opt.program import registry
+from tff_opt.program import run_config
 from tff_opt.program import runtime
 from tff_opt.round import optimizers
 
@@ -371,8 +372,59 @@ def _apply_old_spellings() -> None:
 
 
 def resolve_hparams() -> dict:
-  """Returns every setting of the run: flags, then the task's defaults."""
+  """Returns every setting of the run: flags, then the task's defaults.
+
+  Returns:
+    The settings as hparams.json records them, the algorithm's own under
+    their flag names (`run_config.RunConfig.from_hparams` types them).
+
+  Raises:
+    UsageError: If a flag's value is refused: an old and a new spelling
+      that differ, a task option, the workers' settings, a server
+      optimizer the algorithm cannot use, `--stop_at`.
+  """
   _apply_old_spellings()
+  hparams = _settings_from_flags()
+  _apply_server_rule(hparams)
+  # Per-optimizer defaults (the paper's Tables 8-9) for the chosen optimizer.
+  _apply_paper_settings(hparams)
+  default_examples, default_full_eval = tasks.task_eval_defaults(FLAGS.task)
+  hparams['eval_examples'] = (FLAGS.eval_examples
+                              if FLAGS.eval_examples is not None else
+                              default_examples or 0)
+  hparams['final_full_eval'] = (FLAGS.final_full_eval
+                                if FLAGS.final_full_eval is not None else
+                                default_full_eval)
+  for name in registry.ALGORITHMS[FLAGS.algorithm].flags:
+    hparams[name] = FLAGS[name].value
+  if FLAGS.fedbn:  # Recorded only when set: older run directories resume.
+    hparams['fedbn'] = True
+  if FLAGS.client_vectorization:  # Recorded only when set; resumable.
+    hparams['client_vectorization'] = FLAGS.client_vectorization
+  if FLAGS.stop_at is not None:  # Recorded only when set; resumable.
+    try:
+      hparams['stop_at'] = str(analysis.Target.parse(FLAGS.stop_at))
+    except ValueError as e:
+      raise UsageError(f'--stop_at: {e}') from e
+  ignored = ignored_flags(hparams)
+  if ignored:  # Recorded only when some were given (RESUMABLE_CHANGES).
+    hparams['ignored_flags'] = ignored
+  hparams['output_dir'] = FLAGS.output_dir or os.path.join(
+      'results', '{task}_{algorithm}_{server_opt}_{time}'.format(
+          time=datetime.datetime.now().strftime('%Y%m%d-%H%M%S'), **hparams))
+  return hparams
+
+
+def _settings_from_flags() -> dict:
+  """The settings every run has: each flag, or the task's default for it.
+
+  Returns:
+    `{setting: value}` from `task` to `logical_gpus`, in the order they
+    are resolved.
+
+  Raises:
+    UsageError: If a task option or the workers' settings are refused.
+  """
   defaults = tasks.task_defaults(FLAGS.task)
 
   def pick(flag_name, default_name=None):
@@ -389,7 +441,7 @@ def resolve_hparams() -> dict:
         worker_settings={
             'max_concurrent_clients': FLAGS.max_concurrent_clients,
             'intra_op_threads': FLAGS.intra_op_threads})
-  hparams = {
+  return {
       'task': FLAGS.task,
       'algorithm': FLAGS.algorithm,
       'data_dir': FLAGS.data_dir,
@@ -426,8 +478,18 @@ def resolve_hparams() -> dict:
       'gpu_memory_growth': FLAGS.gpu_memory_growth,
       'logical_gpus': FLAGS.logical_gpus,
   }
-  # Per-optimizer defaults (the paper's Tables 8-9) for the chosen optimizer.
-  _apply_server_rule(hparams)
+
+
+def _apply_paper_settings(hparams: dict) -> None:
+  """The paper's learning rates and tau for the chosen server optimizer.
+
+  Reddi et al.'s Tables 8-9 give them per task and optimizer; each is
+  taken where its flag was not given, and the server's only where the
+  algorithm's server step is the optimizer.
+
+  Args:
+    hparams: The settings so far (`server_opt` chosen); updated in place.
+  """
   paper = tasks.task_paper_settings(FLAGS.task)
   own_step = registry.ALGORITHMS[FLAGS.algorithm].server_rule != 'optimizer'
   if hparams['server_opt'] in paper:
@@ -437,31 +499,6 @@ def resolve_hparams() -> dict:
         continue  # Not the algorithm's server step.
       if FLAGS[name].value is None and value is not None:
         hparams[name] = value
-  default_examples, default_full_eval = tasks.task_eval_defaults(FLAGS.task)
-  hparams['eval_examples'] = (FLAGS.eval_examples
-                              if FLAGS.eval_examples is not None else
-                              default_examples or 0)
-  hparams['final_full_eval'] = (FLAGS.final_full_eval
-                                if FLAGS.final_full_eval is not None else
-                                default_full_eval)
-  for name in registry.ALGORITHMS[FLAGS.algorithm].flags:
-    hparams[name] = FLAGS[name].value
-  if FLAGS.fedbn:  # Recorded only when set: older run directories resume.
-    hparams['fedbn'] = True
-  if FLAGS.client_vectorization:  # Recorded only when set; resumable.
-    hparams['client_vectorization'] = FLAGS.client_vectorization
-  if FLAGS.stop_at is not None:  # Recorded only when set; resumable.
-    try:
-      hparams['stop_at'] = str(analysis.Target.parse(FLAGS.stop_at))
-    except ValueError as e:
-      raise UsageError(f'--stop_at: {e}') from e
-  ignored = ignored_flags(hparams)
-  if ignored:  # Recorded only when some were given (RESUMABLE_CHANGES).
-    hparams['ignored_flags'] = ignored
-  hparams['output_dir'] = FLAGS.output_dir or os.path.join(
-      'results', '{task}_{algorithm}_{server_opt}_{time}'.format(
-          time=datetime.datetime.now().strftime('%Y%m%d-%H%M%S'), **hparams))
-  return hparams
 
 
 def ignored_flags(hparams: dict) -> dict:
@@ -527,105 +564,211 @@ def ignored_flags_note(hparams: dict) -> str | None:
           'ignored_flags in hparams.json).')
 
 
-def run(hparams: dict) -> None:
-  """Builds the task and the algorithm from `hparams` and trains."""
-  # Heavy imports here, so that bad flags are reported without paying them.
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+def run(config: run_config.RunConfig) -> None:
+  """Builds the task and the algorithm of `config` and trains.
 
-  from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
+  Args:
+    config: The run's settings, as `main` resolves them from the flags.
 
-  # The collector stops re-scanning what the imports made (binaries/__init__).
+  Raises:
+    UsageError: If a setting is refused (the output directory, the
+      execution context, the task, the algorithm), or the run cannot go on
+      (`_train`).
+  """
+  # Heavy imports here, so that bad flags are reported without paying them,
+  # and before the collector stops re-scanning what the imports made
+  # (binaries/__init__).
+  import tensorflow_federated  # pylint: disable=g-import-not-at-top,unused-import
+
+  from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top,unused-import
+
   binaries.freeze_imports()
-  with _refusals_as_usage_errors():
-    resuming = output_dir_lib.prepare(hparams, RESUMABLE_CHANGES)
-    output_dir_lib.lock(hparams['output_dir'])
-    execution.set_context(
-        workers=hparams['workers'],
-        max_concurrent_clients=hparams['max_concurrent_clients'],
-        intra_op_threads=hparams['intra_op_threads'],
-        tls_root_cert=hparams['worker_tls_root_cert'],
-        worker_timeout=hparams['worker_timeout'],
-        gpu_memory_growth=hparams['gpu_memory_growth'],
-        logical_gpus=hparams['logical_gpus'],
-        logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb,
-        log=lambda line: print(line, flush=True))
-
+  resuming = _take_output_dir_and_context(config)
+  hparams = config.as_hparams()
   task, round_data = _create_task(hparams)
   client_ids = sorted(task.datasets.train_data.client_ids)
   num_test = len(task.datasets.test_data.client_ids)
-  per_round = hparams['clients_per_round'] or len(client_ids)
-  if hparams['clients_per_round'] > len(client_ids):
-    raise UsageError(
-        f"--clients_per_round={hparams['clients_per_round']} is larger than "
-        f"the {len(client_ids)} training clients of task {hparams['task']}.")
-  if FLAGS.personalize and (FLAGS.personalize_clients or 0) > num_test:
-    raise UsageError(
-        f'--personalize_clients={FLAGS.personalize_clients} is larger than '
-        f"the {num_test} held-out clients of task {hparams['task']}.")
-  process, shared = _build_process(hparams, task, len(client_ids))
+  _check_populations(config, len(client_ids), num_test)
+  process, shared = _build_process(
+      hparams, task, len(client_ids),
+      personalize=config.options.personalize is not None)
+  on_start = _record_hparams(hparams, resuming, num_train=len(client_ids),
+                             num_test=num_test, round_data=round_data)
+  initial_state = _initial_state(config.seed, task, process)
+  evaluate = _build_evaluate(hparams, task, round_data)
+  per_round = config.clients_per_round or len(client_ids)
+  _print_start(config, hparams, per_round)
+  result = _train(
+      hparams, process, task, client_ids, per_round,
+      initial_state=initial_state, evaluate=evaluate,
+      round_clients_fn=(round_data.clients_for_round
+                        if round_data is not None else None),
+      on_start=on_start)
+  _after_training(config, hparams, task, process, result,
+                  shared['client_optimizer_fn'])
 
-  record_resumed_hparams = None
-  if not resuming:
-    output_dir_lib.write_hparams(hparams, {
-        'num_train_clients': len(client_ids),
-        'num_test_clients': num_test,
-        'partition': tasks.describe_task_data(
-            hparams['task'], data_dir=hparams['data_dir'],
-            seed=hparams['seed'], **hparams['task_options']),
-        **({'round_data': round_data.describe(hparams['rounds'])}
-           if round_data is not None else {}),
-    })
-  else:
+
+def _take_output_dir_and_context(config: run_config.RunConfig) -> bool:
+  """Prepares and locks the output directory, then sets the context.
+
+  Args:
+    config: The run's settings.
+
+  Returns:
+    True when the run resumes the one in its output directory.
+
+  Raises:
+    UsageError: If the directory or the execution settings are refused
+      (`output_dir.prepare`, `output_dir.lock`, `execution.set_context`).
+  """
+  with _refusals_as_usage_errors():
+    resuming = output_dir_lib.prepare(config.as_hparams(), RESUMABLE_CHANGES)
+    output_dir_lib.lock(config.output_dir)
+    execution.set_context(
+        workers=config.workers,
+        max_concurrent_clients=config.max_concurrent_clients,
+        intra_op_threads=config.intra_op_threads,
+        tls_root_cert=config.worker_tls_root_cert,
+        worker_timeout=config.worker_timeout,
+        gpu_memory_growth=config.gpu_memory_growth,
+        logical_gpus=config.logical_gpus,
+        logical_gpu_memory_mb=config.options.logical_gpu_memory_mb,
+        log=lambda line: print(line, flush=True))
+  return resuming
+
+
+def _check_populations(config: run_config.RunConfig, num_train: int,
+                       num_test: int) -> None:
+  """Refuses to sample more clients than the task has.
+
+  Args:
+    config: The run's settings.
+    num_train: The task's training clients.
+    num_test: The task's held-out clients.
+
+  Raises:
+    UsageError: If `--clients_per_round` or `--personalize_clients` is
+      larger than the clients it samples from.
+  """
+  if config.clients_per_round > num_train:
+    raise UsageError(
+        f'--clients_per_round={config.clients_per_round} is larger than '
+        f'the {num_train} training clients of task {config.task}.')
+  personalize = config.options.personalize
+  if personalize and (personalize.clients or 0) > num_test:
+    raise UsageError(
+        f'--personalize_clients={personalize.clients} is larger than '
+        f'the {num_test} held-out clients of task {config.task}.')
+
+
+def _record_hparams(hparams: dict, resuming: bool, *, num_train: int,
+                    num_test: int, round_data):
+  """Writes a new run's hparams.json; for a resumed one, when to rewrite it.
+
+  A new run records its settings with what its data are (the clients,
+  the partition, the round data). A resumed run rewrites the file once
+  the training loop has accepted the checkpoint, keeping what was recorded
+  when it began: a refused resume (fewer --rounds, no readable checkpoint)
+  changes nothing.
+
+  Args:
+    hparams: The run's settings (`RunConfig.as_hparams`).
+    resuming: Whether the run resumes the one in its output directory.
+    num_train: The task's training clients.
+    num_test: The task's held-out clients.
+    round_data: The task's round data (`_create_task`), or None.
+
+  Returns:
+    The training loop's `on_start(start_round)` that rewrites the file of a
+    resumed run; None for a new run.
+  """
+  if resuming:
 
     def record_resumed_hparams(start_round):
-      # Once the training loop has accepted the checkpoint: a refused
-      # resume (fewer --rounds, no readable checkpoint) changes nothing.
       del start_round
       output_dir_lib.write_hparams(hparams,
                                    output_dir_lib.saved_extras(hparams))
 
-  # The initial model is a function of --seed (and is made before the
-  # evaluator's model, which draws from the same seeded generator).
-  tf.keras.utils.set_random_seed(hparams['seed'])
+    return record_resumed_hparams
+  output_dir_lib.write_hparams(hparams, {
+      'num_train_clients': num_train,
+      'num_test_clients': num_test,
+      'partition': tasks.describe_task_data(
+          hparams['task'], data_dir=hparams['data_dir'],
+          seed=hparams['seed'], **hparams['task_options']),
+      **({'round_data': round_data.describe(hparams['rounds'])}
+         if round_data is not None else {}),
+  })
+  return None
+
+
+def _initial_state(seed: int, task, process):
+  """The process's initial state, with the task's model seeded by `seed`.
+
+  The initial model is a function of --seed, and is made before the
+  evaluator's model, which draws from the same seeded generator.
+
+  Args:
+    seed: `--seed`.
+    task: The task, whose `model_fn` makes the model.
+    process: The algorithm's process.
+
+  Returns:
+    `process.initialize()` with the seeded model's weights.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tf.keras.utils.set_random_seed(seed)
   initial_weights = tff.learning.models.ModelWeights.from_model(
       task.model_fn())
-  initial_state = process.set_model_weights(
+  return process.set_model_weights(
       process.initialize(),
       tf.nest.map_structure(lambda v: np.asarray(v.numpy()), initial_weights))
-  evaluate = _build_evaluate(hparams, task, round_data)
-  round_clients_fn = None
-  if round_data is not None:
 
-    def round_clients_fn(round_num, sampled):
-      return round_data.clients_for_round(round_num, sampled)
 
+def _print_start(config: run_config.RunConfig, hparams: dict,
+                 per_round: int) -> None:
+  """Prints the run's first line, and the task's note on its settings."""
   server = ('its own rule' if registry.ALGORITHMS[
-      hparams['algorithm']].server_rule == 'own' else hparams['server_opt'])
-  print(f"tff-opt: task={hparams['task']} algorithm={hparams['algorithm']} "
-        f"server_opt={server} rounds={hparams['rounds']} "
-        f"clients_per_round={per_round} "
-        f"output_dir={hparams['output_dir']}", flush=True)
-  note = tasks.task_start_note(hparams['task'], hparams)
+      config.algorithm].server_rule == 'own' else config.server_opt)
+  print(f'tff-opt: task={config.task} algorithm={config.algorithm} '
+        f'server_opt={server} rounds={config.rounds} '
+        f'clients_per_round={per_round} '
+        f'output_dir={config.output_dir}', flush=True)
+  note = tasks.task_start_note(config.task, hparams)
   if note:
     print(note, flush=True)
-  result = _train(hparams, process, task, client_ids, per_round,
-                  initial_state=initial_state, evaluate=evaluate,
-                  round_clients_fn=round_clients_fn,
-                  on_start=record_resumed_hparams)
+
+
+def _after_training(config: run_config.RunConfig, hparams: dict, task,
+                    process, result, client_optimizer) -> None:
+  """The full evaluation and the personalization after the last round.
+
+  Args:
+    config: The run's settings.
+    hparams: The same, as `RunConfig.as_hparams`.
+    task: The task.
+    process: The algorithm's process.
+    result: What the training loop returned (its final state and rows).
+    client_optimizer: The run's client optimizer function.
+
+  Raises:
+    UsageError: If the personalization refuses its settings.
+  """
+  from tff_opt.program import evaluation  # pylint: disable=g-import-not-at-top
   final_weights = process.get_model_weights(result.state)
   # Fewer than --rounds when --stop_at stopped the run.
-  trained = int(result.rows[-1]['round']) if result.rows else hparams['rounds']
-  if hparams.get('final_full_eval'):
+  trained = int(result.rows[-1]['round']) if result.rows else config.rounds
+  if config.final_full_eval:
     metrics = evaluation.final_full_eval(
         task.model_fn, tasks.pooled_test_data(task), final_weights,
-        output_dir=hparams['output_dir'], rounds=trained)
+        output_dir=config.output_dir, rounds=trained)
     print('final full evaluation: ' + evaluation.format_metrics(metrics),
           flush=True)
-  if FLAGS.personalize:
-    _personalize(hparams, shared['client_optimizer_fn'], final_weights,
-                 trained)
+  if config.options.personalize is not None:
+    _personalize(hparams, config.options.personalize, client_optimizer,
+                 final_weights, trained)
 
 
 def _create_task(hparams: dict):
@@ -661,8 +804,16 @@ def _create_task(hparams: dict):
   return task, round_data
 
 
-def _build_process(hparams: dict, task, num_clients: int):
+def _build_process(hparams: dict, task, num_clients: int,
+                   personalize: bool = False):
   """The algorithm's process, as it will run (vectorized clients, workers).
+
+  Args:
+    hparams: The run's settings.
+    task: The task, whose `model_fn` the process trains.
+    num_clients: The task's training clients.
+    personalize: Whether `--personalize` will calibrate the model's last
+      layer (checked before anything runs).
 
   Returns:
     `(process, shared)`: `shared` the builder arguments every algorithm
@@ -674,7 +825,7 @@ def _build_process(hparams: dict, task, num_clients: int):
   """
   from tff_opt.program import personalization  # pylint: disable=g-import-not-at-top
   try:
-    if FLAGS.personalize:
+    if personalize:
       registry.check_flag('personalize', None, lambda _: (
           personalization.check_classifier(task.model_fn)), about_model=True)
     shared = registry.shared_arguments(hparams)
@@ -796,14 +947,24 @@ def _train(hparams: dict, process, task, client_ids, per_round, **loop_args):
         'same command again to resume from the last checkpoint.') from e
 
 
-def _personalize(hparams, client_optimizer, model_weights, trained) -> None:
+def _personalize(hparams: dict, settings: run_config.Personalization,
+                 client_optimizer, model_weights, trained: int) -> None:
   """Classifier calibration on the held-out clients; personalization.json.
 
   Each held-out client (all, or a --seed-ed sample of
   --personalize_clients) fine-tunes the last layer of the global model on
   its own train split with the run's client optimizer and batch size
-  (tff_opt.program.personalization.calibrate_clients). `trained`: the
-  rounds the model trained, recorded in the report.
+  (tff_opt.program.personalization.calibrate_clients).
+
+  Args:
+    hparams: The run's settings.
+    settings: `--personalize`'s settings.
+    client_optimizer: The run's client optimizer function.
+    model_weights: The global model's final weights.
+    trained: The rounds the model trained, recorded in the report.
+
+  Raises:
+    UsageError: If the calibration refuses its settings.
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
 
@@ -821,7 +982,7 @@ def _personalize(hparams, client_optimizer, model_weights, trained) -> None:
       **hparams['task_options'])
   test_data = task.datasets.test_data
   client_ids = personalization.choose_clients(
-      test_data.client_ids, FLAGS.personalize_clients, hparams['seed'])
+      test_data.client_ids, settings.clients, hparams['seed'])
   try:
     result = personalization.calibrate_clients(
         task.model_fn, model_weights,
@@ -829,18 +990,18 @@ def _personalize(hparams, client_optimizer, model_weights, trained) -> None:
             test_data.create_tf_dataset_for_client(c)).unbatch()
          for c in client_ids], client_ids,
         optimizer=client_optimizer, batch_size=hparams['client_batch_size'],
-        epochs=FLAGS.personalize_epochs,
-        train_fraction=FLAGS.personalize_train_fraction,
-        mu=FLAGS.personalize_mu,
-        distill_lambda=FLAGS.personalize_distill_lambda, seed=hparams['seed'])
+        epochs=settings.epochs,
+        train_fraction=settings.train_fraction,
+        mu=settings.mu,
+        distill_lambda=settings.distill_lambda, seed=hparams['seed'])
   except ValueError as e:
     raise UsageError(f'--personalize: {e}') from e
   personalization.write_report(
       hparams['output_dir'], result, rounds=trained, settings={
-          'epochs': FLAGS.personalize_epochs,
-          'train_fraction': FLAGS.personalize_train_fraction,
-          'mu': FLAGS.personalize_mu,
-          'distill_lambda': FLAGS.personalize_distill_lambda,
+          'epochs': settings.epochs,
+          'train_fraction': settings.train_fraction,
+          'mu': settings.mu,
+          'distill_lambda': settings.distill_lambda,
           'batch_size': hparams['client_batch_size'],
           'client_opt': hparams['client_opt'],
           'client_lr': hparams['client_lr'],
@@ -895,6 +1056,20 @@ def _refusals_as_usage_errors():
     raise UsageError(str(e)) from e
 
 
+def _run_options() -> run_config.RunOptions:
+  """The run's settings that hparams.json does not record, from the flags."""
+  personalize = None
+  if FLAGS.personalize:
+    personalize = run_config.Personalization(
+        epochs=FLAGS.personalize_epochs, clients=FLAGS.personalize_clients,
+        train_fraction=FLAGS.personalize_train_fraction,
+        mu=FLAGS.personalize_mu,
+        distill_lambda=FLAGS.personalize_distill_lambda)
+  return run_config.RunOptions(
+      personalize=personalize,
+      logical_gpu_memory_mb=FLAGS.logical_gpu_memory_mb)
+
+
 def main(argv):
   logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
@@ -910,7 +1085,7 @@ def main(argv):
       print(note, file=sys.stderr, flush=True)
     if not os.path.exists(hparams['output_dir']):
       created = hparams['output_dir']
-    run(hparams)
+    run(run_config.RunConfig.from_hparams(hparams, _run_options()))
   except UsageError as e:
     output_dir_lib.remove_if_no_files(created)
     _fail(str(e))
