@@ -743,6 +743,8 @@ def main(argv: Sequence[str],
   130 and one line on Ctrl-C (the runs under way are interrupted, keeping
   what they wrote; the same command resumes).
   """
+  # Over 80 lines with its docstring: the passes' loop (launches, the wait for
+  # another process's tunings, the dry run) is read in one place.
   if not sweep.parse_argv(argv, FLAGS, __doc__, _fail):
     return
   unknown = [c for c in FLAGS.claims if c not in CLAIMS]

@@ -497,6 +497,8 @@ def sort_and_partition(
       fewer examples than `num_clients * classes_per_client`, or (with
       `distinct_classes`) fewer classes than `classes_per_client`.
   """
+  # Over 80 lines with its docstring: the argument checks and the shard dealing
+  # share the class counts and the generator, and are read in one place.
   labels = _as_labels(labels)
   if num_clients < 1:
     raise ValueError(f'num_clients must be at least 1, got {num_clients!r}.')
@@ -658,6 +660,9 @@ def pachinko_partition(
       label sits under two coarse labels, `alpha` or `beta` is not
       positive, or the sizes do not fit.
   """
+  # Over 80 lines with its docstring: the draws share one generator and the
+  # pools' counts; the sampling is read in one place, as Reddi et al.'s
+  # Appendix describes it.
   coarse_labels = _as_labels(coarse_labels, 'coarse_labels')
   fine_labels = _as_labels(fine_labels, 'fine_labels')
   if coarse_labels.size != fine_labels.size:

@@ -206,3 +206,48 @@ def test_no_file_points_outside_the_repository_for_its_design():
   assert scanned > 1 and not offenders, offenders
   with open(os.path.join(REPO, 'ARCHITECTURE.md'), encoding='utf-8') as f:
     assert '## The floors' in f.read()
+
+
+LONG_FUNCTION_LINES = 80
+LONG_FUNCTION_REASON = '# Over 80 lines'
+
+
+def _long_functions_without_a_reason(source):
+  lines = source.splitlines()
+  found = []
+  for node in ast.walk(ast.parse(source)):
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      continue
+    if node.end_lineno - node.lineno + 1 <= LONG_FUNCTION_LINES:
+      continue
+    body = lines[node.lineno - 1:node.end_lineno]
+    if not any(line.strip().startswith(LONG_FUNCTION_REASON)
+               for line in body):
+      found.append(node.name)
+  return found
+
+
+def test_the_long_function_check_finds_one_without_a_reason():
+  body = ''.join(f'  x{i} = {i}\n' for i in range(LONG_FUNCTION_LINES))
+  assert _long_functions_without_a_reason(f'def f():\n{body}') == ['f']
+  assert _long_functions_without_a_reason(
+      f'def f():\n  {LONG_FUNCTION_REASON}: a reason.\n{body}') == []
+  assert _long_functions_without_a_reason(
+      f'def f():\n{body[:-len("  x79 = 79")-1]}') == []
+
+
+def test_a_function_over_80_lines_states_why():
+  missing = []
+  for package in ('tff_opt', 'binaries', 'tasks', 'tools', 'benchmarks'):
+    for folder, _, names in os.walk(os.path.join(REPO, package)):
+      for name in names:
+        if not name.endswith('.py'):
+          continue
+        path = os.path.join(folder, name)
+        with open(path, encoding='utf-8') as f:
+          missing += [f'{os.path.relpath(path, REPO)}:{function}'
+                      for function in _long_functions_without_a_reason(
+                          f.read())]
+  assert not missing, (
+      f'functions over {LONG_FUNCTION_LINES} lines without a '
+      f'"{LONG_FUNCTION_REASON} ...: <why>" comment: {missing}')

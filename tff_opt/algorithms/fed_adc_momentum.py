@@ -227,6 +227,9 @@ def build_fedadc_finalizer(
     aggregated gradient-form delta mean_k(w_t - w_k) and whose measurements
     are `{'update_non_finite'}`.
   """
+  # Over 80 lines with its docstring: the finalizer's computations share the
+  # types read here and are read in one place, as TFF's
+  # build_apply_optimizer_finalizer is.
   trainable_specs = tff.types.type_to_tf_tensor_specs(weights_type.trainable)
   correction = float(beta_global) - float(beta_local)
 

@@ -200,6 +200,8 @@ def build_history_finalizer(
     'pushed': int32}}`, whose hyper-parameters are the optimizer's and whose
     measurements are `{'update_non_finite'}`.
   """
+  # Over 80 lines with its docstring: the finalizer's computations share the
+  # types of the model ring read here and are read in one place.
   base = finalizers.apply_optimizer(server_optimizer, model_weights_type)
   slots = _slots(buffer_size)
   keeps = buffer_size > 1

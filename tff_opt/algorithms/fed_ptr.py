@@ -540,6 +540,8 @@ def _server_projection(model_fn, weights_type, *, images_per_class,
                        update_every, mtt_init_lr, mtt_image_lr, mtt_lr_lr,
                        mtt_momentum, seed):
   """The FedPTR-S distributor: MTT + projection at the server, broadcast."""
+  # Over 80 lines with its docstring: the server's state, its matching step and
+  # its projection share the types read here and are read in one place.
   input_shape, input_dtype, num_classes = _model_shapes(model_fn)
   num_images = num_classes * images_per_class
   rng = np.random.default_rng(seed)
@@ -1005,6 +1007,9 @@ def build_fed_ptr(
       or `side` is neither 'server' nor 'client'.
     TypeError: If an optimizer is not a `tff.learning.optimizers.Optimizer`.
   """
+  # Over 80 lines with its docstring: its two sides (the server's projection
+  # and FedPTR-S's clients) are chosen and wired in one place, after the checks
+  # of all eleven hyper-parameters.
   if side not in _SIDES:
     raise ValueError(f"side must be 'server' or 'client', got {side!r}.")
   for hparam, value in zip(_HPARAMS, (

@@ -459,6 +459,9 @@ def build_local_training_fn(
   Raises:
     ValueError: If the objective has a loss hook.
   """
+  # Over 80 lines with its docstring: the K clients' steps, their hooks and the
+  # report pass are one tf.function read in one place, as `client_work`'s loop
+  # is.
   check_objective(objective)
   batch_loss = ground.unconverted(model.batch_loss)
   opt_initialize = ground.unconverted(optimizer.initialize)
@@ -765,6 +768,9 @@ def build_vectorized_local_training(
       loss hook, or the vectorized model's metrics do not have the structure
       of the model's.
   """
+  # Over 80 lines with its docstring: the client work's computations share the
+  # types read here and are read in one place, as
+  # `client_work.build_local_training`'s are.
   check_objective(objective)
   ground.check_client_weighting(client_weighting)
   with tf.Graph().as_default():
