@@ -11,7 +11,7 @@ runs one client of `--steps` batches of 20 synthetic examples through it,
 once per variant, with the hooks the algorithms pass:
 
   none          FedOpt: no penalty.
-  proximal      FedProx, mu = 0.01 (`penalties.proximal`).
+  proximal      FedProx, mu = 0.01 (`fed_prox.proximal`).
   fedfor        FedFOR, alpha = 5, with a previous model
                 (`fed_for.first_order_positive_hook`: d = w_{t-1} - w_t
                 and alpha/eta computed once per client).
@@ -86,15 +86,15 @@ def _objective(variant):
   """The client work's `LocalObjective` the algorithm of `variant` passes."""
   from tff_opt.algorithms import fed_adc_momentum  # pylint: disable=g-import-not-at-top
   from tff_opt.algorithms import fed_for  # pylint: disable=g-import-not-at-top
+  from tff_opt.algorithms import fed_prox  # pylint: disable=g-import-not-at-top
   from tff_opt.round import client_work  # pylint: disable=g-import-not-at-top
-  from tff_opt.round import penalties  # pylint: disable=g-import-not-at-top
   wrap = _every_step if variant.endswith(PER_STEP) else (lambda hook: hook)
   variant = variant.removesuffix(PER_STEP)
   if variant == 'none':
     return client_work.LocalObjective()
   if variant == 'proximal':
     return client_work.LocalObjective(
-        penalty=functools.partial(penalties.proximal, mu=0.01))
+        penalty=functools.partial(fed_prox.proximal, mu=0.01))
   if variant == 'fedfor':
     return client_work.LocalObjective(
         penalty=wrap(fed_for.first_order_positive_hook(5.0)))

@@ -23,10 +23,10 @@ from tests import tiny
 from tff_opt import layers as tff_layers
 from tff_opt.algorithms import fed_adc_momentum
 from tff_opt.algorithms import fed_for
+from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import scaffold
 from tff_opt.round import client_work
 from tff_opt.round import ground
-from tff_opt.round import penalties
 
 CLIENT_LR = 0.1
 LOCAL_STEPS = 3
@@ -58,7 +58,7 @@ def proximal_work():
   return client_work.build_local_training(
       tiny.model_fn, _sgd(),
       objective=client_work.LocalObjective(
-          penalty=functools.partial(penalties.proximal, mu=MU)))
+          penalty=functools.partial(fed_prox.proximal, mu=MU)))
 
 
 def test_penalty_gives_numpy_sgd_on_loss_plus_penalty(proximal_work):

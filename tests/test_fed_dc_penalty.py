@@ -8,8 +8,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_opt.algorithms import fed_dc
+from tff_opt.algorithms import fed_prox
 from tff_opt.round import ground
-from tff_opt.round import penalties
 
 ALPHA = 0.3
 ETA = 0.5
@@ -88,5 +88,5 @@ def test_zero_drift_and_equal_updates_is_the_proximal_term():
   weights = [tf.constant(t) for t in THETA]
   got = fed_dc.local_drift_hook(ALPHA)(
       weights, broadcast, learning_rate=ETA, num_steps=K)
-  want = penalties.proximal(weights, broadcast, learning_rate=ETA, mu=ALPHA)
+  want = fed_prox.proximal(weights, broadcast, learning_rate=ETA, mu=ALPHA)
   np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)

@@ -161,8 +161,7 @@ KEY_ONLY_IMPORTS = (
     ('aggregators', 'client_work'), ('client_work', 'optimizers'),
     ('distributors', 'client_work'), ('distributors', 'composers'),
     ('finalizers', 'aggregators'), ('finalizers', 'client_work'),
-    ('losses', 'client_work'), ('penalties', 'client_states'),
-    ('penalties', 'client_work'), ('penalties', 'distributors'),
+    ('losses', 'client_work'),
 )
 
 

@@ -1,6 +1,6 @@
-"""The penalties, value and gradient: `tff_opt/round/penalties.py`'s and
-those that live with their algorithm (`fed_for`, `fed_curv`, `scaffold`,
-`fed_dyn` in `tff_opt/algorithms/`).
+"""The penalties, value and gradient, each where it lives with its algorithm
+(`fed_prox`, `fed_for`, `fed_curv`, `scaffold`, `fed_dyn` in
+`tff_opt/algorithms/`; FedDC's is tests/test_fed_dc_penalty.py's).
 
 Each penalty (FedProx's proximal term, FedFOR's Eq. 7 and its per-client
 constants, FedCurv's elastic term, SCAFFOLD's linear correction, FedDyn's
@@ -19,9 +19,9 @@ import tensorflow_federated as tff
 from tff_opt.algorithms import fed_curv
 from tff_opt.algorithms import fed_dyn
 from tff_opt.algorithms import fed_for
+from tff_opt.algorithms import fed_prox
 from tff_opt.algorithms import scaffold
 from tff_opt.round import ground
-from tff_opt.round import penalties
 
 RNG = np.random.default_rng(7)
 SHAPES = ((4, 3), (3,))
@@ -39,7 +39,7 @@ def test_proximal_value_and_gradient_match_numpy():
   weights = [tf.Variable(a) for a in start]
   broadcast = tff.learning.models.ModelWeights(anchor, [])
   with tf.GradientTape() as tape:
-    value = penalties.proximal(weights, broadcast, learning_rate=0.1, mu=0.7)
+    value = fed_prox.proximal(weights, broadcast, learning_rate=0.1, mu=0.7)
   grads = tape.gradient(value, weights)
   want = sum(0.35 * np.square(w - a).sum() for w, a in zip(start, anchor))
   assert float(value) == pytest.approx(want, rel=1e-6)
@@ -53,7 +53,7 @@ def test_proximal_penalty_gradient_is_mu_times_distance():
   broadcast = tff.learning.models.ModelWeights(trainable=anchor,
                                                non_trainable=[])
   with tf.GradientTape() as tape:
-    value = penalties.proximal(weights, broadcast, learning_rate=0.1, mu=0.3)
+    value = fed_prox.proximal(weights, broadcast, learning_rate=0.1, mu=0.3)
   grads = tape.gradient(value, weights)
   assert float(value) == pytest.approx(0.15 * (1 + 9 + 0.25))
   np.testing.assert_allclose(grads[0], [[0.3, 0.9]], rtol=1e-6)

@@ -11,7 +11,7 @@ split for E local epochs (E = 2 in the paper), the body staying frozen:
       w_last <- optimizer.next(w_last, grad loss(w_last))
 
 lambda = mu = 0 is plain calibration; mu > 0 adds FedProx's proximal term
-(`penalties.proximal`, restricted to the fine-tuned variables); lambda > 0 the
+(`fed_prox.proximal`, restricted to the fine-tuned variables); lambda > 0 the
 FedADC+ self-confidence distillation (Eq. 7-9, `round/losses.py`), with
 the global model as teacher and the client's label proportions from its
 train split. The calibrated model and the global one are then evaluated on
@@ -83,8 +83,8 @@ from tff_opt import checks
 from tff_opt.program import files
 from tff_opt.round import ground
 from tff_opt.round import losses
-from tff_opt.round import penalties
 from tff_opt.algorithms import _common
+from tff_opt.algorithms import fed_prox
 
 STRATEGY_KEY = 'calibrated'
 BASELINE_KEY = 'baseline_metrics'
@@ -269,8 +269,8 @@ def build_fine_tune_fn(
             loss = ((1.0 - distill_lambda) * loss + distill_lambda *
                     distill_temperature**2 * kl)
           if mu > 0:
-            loss += penalties.proximal(tuned, anchor, learning_rate=None,
-                                       mu=mu)
+            loss += fed_prox.proximal(tuned, anchor, learning_rate=None,
+                                      mu=mu)
         gradients = tape.gradient(loss, tuned)
         state, updated = optimizer.next(state, tuple(tuned), tuple(gradients))
         for variable, value in zip(tuned, updated):

@@ -8,7 +8,7 @@ share; a piece of one algorithm lives with it in `tff_opt.algorithms`:
 | slot | modules |
 |---|---|
 | broadcast: what the server sends | `distributors` |
-| local objective: the loss on a client | `penalties` (FedProx's proximal term, and the form every penalty takes), `losses` (the pieces of the losses that replace the model's) |
+| local objective: the loss on a client | `losses` (the pieces of the losses that replace the model's); each penalty lives with its algorithm, in the form `client_work` gives |
 | local work: how a client trains | `client_work` (the one local-training loop, with a `LocalObjective` and `ClientPasses`), `vectorized_training` (a group of clients as one computation), `schedules` (client learning-rate decay) |
 | report and server update | `aggregators`, `finalizers`, `optimizers` (the server optimizers of Reddi et al., Algorithm 2) |
 

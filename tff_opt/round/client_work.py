@@ -38,6 +38,25 @@ gradient still comes from autodiff of `step`. Calling the hook with the
 plain signature runs both, so a `ground.PrecomputedHook` is also a plain penalty
 (its value is the objective's).
 
+Each penalty lives with its algorithm in `tff_opt.algorithms`, beside the
+broadcast it reads, its hyper-parameter bound with `functools.partial`, or,
+with per-client constants, as `<name>_hook(<hyper-parameters>)`, a
+`ground.PrecomputedHook` of `<name>_constants` and `<name>_step`:
+
+    fed_prox.proximal                   FedProx   (mu/2) ||w - w_t||^2
+                                        (also the fine-tuning of
+                                        `program/personalization.py`)
+    fed_for.first_order_positive_hook   FedFOR (Eq. 7)
+        (alpha/eta) sum relu(d (w - w_t)),  d = w_{t-1} - w_t
+    fed_curv.elastic_hook               FedCurv
+        lam (w^T diag(u) w - 2 w^T v) + const
+    scaffold.linear_correction          SCAFFOLD
+        <w, c - c_i>  (gradient c - c_i)
+    fed_dyn.dynamic                     FedDyn
+        -<g_k, w> + (alpha/2) ||w - w_t||^2
+    fed_dc.local_drift_hook             FedDC
+        (alpha/2) ||w + h_i - w_t||^2 + (1/(eta K)) <w, g_i - g>
+
 Choices written down here:
 - A client whose update has a non-finite entry (`checks.all_finite`)
   reports a zero update with zero weight (it drops out of the weighted
@@ -94,7 +113,7 @@ class LocalObjective:
       `ground.ClientInput(broadcast, client_state)`, or what `prepare_fn`
       made of it);
       `learning_rate` is this round's client learning rate eta (FedFOR
-      divides by it). `tff_opt.round.penalties` has the algorithms'.
+      divides by it). The module docstring lists the algorithms'.
     look_ahead: `(weights, broadcast, *, learning_rate[, num_steps]) ->
       offsets` (one tensor per trainable variable), or a
       `ground.PrecomputedHook`: before each forward pass the variables are

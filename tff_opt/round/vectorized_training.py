@@ -92,7 +92,7 @@ own) runs per client, as `client_work.build_local_training` runs it:
   (`ClientPasses.prepare_fn`) runs on a `VariableModel` and has no vectorized
   form: refused. So is client state (kept by the caller, `vectorized.py`).
 - Hooks are called as written (not converted by AutoGraph): they must not
-  branch in Python on tensors (none of `penalties`' or `momentum`'s does).
+  branch in Python on tensors (none of the algorithms' penalties or look-aheads does).
 
 Grouping (`group_datasets(..., by_steps=True)`): the round's clients may be
 ordered by their number of batches (most first, ties in the round's order)
