@@ -250,3 +250,32 @@ def test_a_function_over_80_lines_states_why():
   assert not missing, (
       f'functions over {LONG_FUNCTION_LINES} lines without a '
       f'"{LONG_FUNCTION_REASON} ...: <why>" comment: {missing}')
+
+
+ROUTE_LIMIT = 5
+_NUMBERS = {'one': 1, 'two': 2, 'three': 3, 'four': 4, 'five': 5, 'six': 6,
+            'seven': 7}
+
+
+def _routes():
+  """ARCHITECTURE.md's routes: flag -> (files it counts, files it lists)."""
+  with open(os.path.join(REPO, 'ARCHITECTURE.md'), encoding='utf-8') as f:
+    text = f.read()
+  section = text[text.index('## Following a flag'):]
+  routes = {}
+  heading = r'^.*`(--\w+)`, (\w+) files:\n\n'
+  items = r'((?:\d+\. .*\n(?: .*\n)*)+)'
+  for m in re.finditer(heading + items, section, re.M):
+    listed = re.findall(r'^\d+\. `([^`]+)`', m.group(3), re.M)
+    routes[m.group(1)] = (_NUMBERS[m.group(2)], listed)
+  return routes
+
+
+def test_each_documented_route_is_short_and_names_real_files():
+  routes = _routes()
+  assert set(routes) == {'--fedcurv_lam', '--fedprox_mu', '--server_opt'}
+  for flag, (count, listed) in routes.items():
+    assert count == len(listed), (flag, count, listed)
+    assert count <= ROUTE_LIMIT, (flag, listed)
+    missing = [p for p in listed if not os.path.exists(os.path.join(REPO, p))]
+    assert not missing, (flag, missing)
