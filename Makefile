@@ -23,13 +23,11 @@ run: venv
 
 # pytest.ini's --dist loadgroup keeps each module on one worker (see
 # tests/conftest.py); -rs lists why each skipped test was skipped.
-# tests/test_kill_resume.py (every stateful algorithm SIGKILLed inside a
-# round, resumed, and compared bit for bit; ~13 CPU-minutes) runs apart, in
-# `make test-kill-resume`: within the whole suite on one worker some of its
-# in-process straight runs fail, a cause not yet found.
 test: venv
-	$(PY) -m pytest -n 2 -q -rs --ignore=tests/test_kill_resume.py tests
+	$(PY) -m pytest -n 2 -q -rs tests
 
+# Every stateful algorithm SIGKILLed inside a round, resumed, and compared
+# bit for bit (part of `make test`; this runs it alone).
 test-kill-resume: venv
 	$(PY) -m pytest -n 2 -q -rs tests/test_kill_resume.py
 

@@ -21,10 +21,10 @@ class Recorder:
     self.hparams = self.model_fn = self.num_clients = None
     build = train._build_process  # pylint: disable=protected-access
 
-    def recording_build(hparams, task, num_clients):
+    def recording_build(hparams, task, num_clients, **kwargs):
       self.hparams, self.model_fn = hparams, task.model_fn
       self.num_clients = num_clients
-      process, shared = build(hparams, task, num_clients)
+      process, shared = build(hparams, task, num_clients, **kwargs)
       return wrap_next(process, self._record), shared
 
     monkeypatch.setattr(train, '_build_process', recording_build)

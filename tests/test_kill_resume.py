@@ -6,8 +6,9 @@ round 2, after round 1's checkpoint. The same command run again resumes
 from that checkpoint; its round-2 checkpoint (server state, and every
 client state where clients keep one) and its metrics must be those of an
 uninterrupted run, bit for bit (FedCurv: to float32 rounding, see
-`NOT_REPRODUCIBLE`). The uninterrupted run and the resume run in-process;
-only the killed trainer is a subprocess.
+`NOT_REPRODUCIBLE`). The uninterrupted run and the resume run in a second
+child (`tests/straight_and_resume.py`): each run is a fresh process's, as
+a user's is, whatever the test process ran before.
 """
 
 import csv
@@ -19,9 +20,6 @@ import time
 
 import numpy as np
 import pytest
-
-from binaries import train
-from tests import binary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
@@ -103,22 +101,22 @@ def _rows(output_dir):
     return list(csv.DictReader(f))
 
 
-def _build_once(monkeypatch):
-  """The in-process runs share one built process (it is immutable)."""
-  build = train._build_process  # pylint: disable=protected-access
-  built = []
-
-  def build_once(*args, **kwargs):
-    if not built:
-      built.append(build(*args, **kwargs))
-    return built[0]
-
-  monkeypatch.setattr(train, '_build_process', build_once)
+def _straight_and_resume(flags, straight, killed, log_path):
+  """Runs `flags` straight into `straight`, then resumes `killed`."""
+  with open(log_path, 'w') as log:
+    child = subprocess.run(
+        [sys.executable, '-m', 'tests.straight_and_resume', straight, killed,
+         *flags],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        timeout=2 * START_SECONDS, check=False)
+  if child.returncode != 0:
+    with open(log_path) as f:
+      pytest.fail(f'exit {child.returncode}: {f.read()}')
 
 
 @pytest.mark.parametrize('name', sorted(ALGORITHMS))
 def test_sigkill_inside_a_round_then_resume_is_the_straight_run(
-    name, tmp_path, monkeypatch):
+    name, tmp_path):
   flags = [*FAST, *ALGORITHMS[name]]
   killed = str(tmp_path / 'killed')
   _kill_inside_round_two([*flags, f'--output_dir={killed}'], killed,
@@ -127,10 +125,8 @@ def test_sigkill_inside_a_round_then_resume_is_the_straight_run(
   assert sorted(os.listdir(checkpoints)) == ['program_state_1']
   assert [r['round'] for r in _rows(killed)] == ['1']
 
-  _build_once(monkeypatch)
   straight = str(tmp_path / 'straight')
-  assert binary.run_train(*flags, f'--output_dir={straight}') == 0
-  assert binary.run_train(*flags, f'--output_dir={killed}') == 0
+  _straight_and_resume(flags, straight, killed, str(tmp_path / 'runs.log'))
 
   got, want = _checkpoint(killed, 2), _checkpoint(straight, 2)
   assert sorted(got) == sorted(want)
