@@ -121,8 +121,11 @@ def test_missing_shakespeare_names_the_make_target(tmp_path):
       'Run `make data-shakespeare` in the repository root')
 
 
-def test_importing_tasks_ends_without_a_traceback():
-  err = subprocess.run([sys.executable, '-c', 'import tasks'], cwd=REPO,
+@pytest.mark.parametrize('statement', [
+    'import tasks', 'from binaries import claims',
+    'from tff_opt.algorithms import fed_prox'])
+def test_importing_ends_without_a_traceback(statement):
+  err = subprocess.run([sys.executable, '-c', statement], cwd=REPO,
                        capture_output=True, text=True, check=True,
                        timeout=240).stderr
   assert 'Exception ignored' not in err and 'Traceback' not in err, err
