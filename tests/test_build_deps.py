@@ -8,7 +8,9 @@ This reads the BUILD files (tests/build_graph.py) and the imports (`ast`) and
 fails on the first gap, in a second, where `bazel test //...` takes long.
 """
 
+import ast
 import os
+import re
 import textwrap
 
 import pytest
@@ -33,6 +35,36 @@ def test_every_target_has_what_its_files_import(targets):
       'add the imported files to the target\'s data (or deps): ' +
       '; '.join(f'{label}: ' + ', '.join(f'{a} imports {b}' for a, b in pairs)
                 for label, pairs in sorted(gaps.items())))
+
+
+def _root_documents():
+  """The Markdown files at the root that the root BUILD exports to tests."""
+  with open(os.path.join(build_graph.REPO, 'BUILD'), encoding='utf-8') as f:
+    text = f.read()
+  exported = text[text.index('exports_files(['):]
+  return tuple(re.findall(r'"([^"/]+\.md)"', exported[:exported.index('])')]))
+
+
+def _names_in(path, names):
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read())
+  return sorted({node.value for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and node.value in names})
+
+
+def test_every_test_that_names_a_root_document_has_it_as_data(targets):
+  documents = _root_documents()
+  assert len(documents) >= 2 and all(
+      os.path.isfile(os.path.join(build_graph.REPO, d)) for d in documents)
+  gaps = []
+  for label, target in sorted(targets.items()):
+    if target.kind != 'py_test' or not label.startswith('//tests:'):
+      continue
+    path = os.path.join(build_graph.REPO, 'tests',
+                        label.split(':')[1] + '.py')
+    gaps += [f'{label} reads {name}' for name in _names_in(path, documents)
+             if f'//:{name}' not in target.data]
+  assert not gaps, 'add //:<file> to the target\'s data: ' + '; '.join(gaps)
 
 
 def test_every_test_file_has_its_target(targets):
