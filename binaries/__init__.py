@@ -138,11 +138,54 @@ def stop_on_signals() -> dict:
     del frame
     raise Terminated(signum)
 
+  _deliver_swallowed_stops_again()
   previous = {}
   for sig in _STOP_SIGNALS:
     if signal.getsignal(sig) is not signal.SIG_IGN:
       previous[sig] = signal.signal(sig, terminated)
   return previous
+
+
+_redelivering = False
+_RESEND_SECONDS = 0.05
+
+
+def _deliver_swallowed_stops_again() -> None:
+  """Raises again a stop that a callback's "Exception ignored" swallowed.
+
+  A signal's handler runs in whatever Python code the main thread is in.
+  When that code is a garbage-collector callback or a `__del__` (JAX
+  registers a callback), Python reports the `Terminated` or
+  `KeyboardInterrupt` the handler raised as unraisable and goes on: the
+  stop is lost, and the run ends later on another error. An
+  unraisable-exception hook sends the same signal again instead, from
+  another thread 50 ms later (a signal raised while the hook runs would
+  run its handler there, swallowed again), so that the handler runs once
+  more in the code that follows; if that is a callback too, the same
+  happens again.
+  """
+  global _redelivering
+  if _redelivering:
+    return
+  previous = sys.unraisablehook
+
+  def send_again(signum):
+    timer = threading.Timer(_RESEND_SECONDS, os.kill,
+                            args=(os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+  def hook(unraisable):
+    error = unraisable.exc_value
+    if isinstance(error, Terminated):
+      send_again(error.signum)
+    elif isinstance(error, KeyboardInterrupt):
+      send_again(signal.SIGINT)
+    else:
+      previous(unraisable)
+
+  sys.unraisablehook = hook
+  _redelivering = True
 
 
 def restore_signals(previous: dict) -> None:

@@ -4,6 +4,7 @@ effects, pointers to the one command that builds the data."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -129,6 +130,34 @@ def test_importing_ends_without_a_traceback(statement):
                        capture_output=True, text=True, check=True,
                        timeout=240).stderr
   assert 'Exception ignored' not in err and 'Traceback' not in err, err
+
+
+def test_a_stop_raised_inside_a_destructor_is_raised_again_after_it():
+  # SIGTERM handled while a `__del__` runs: Python swallows what the handler
+  # raised there ("Exception ignored"); the signal is sent again and its
+  # handler stops the code that follows, here the wait.
+  import signal  # pylint: disable=g-import-not-at-top
+  import binaries  # pylint: disable=g-import-not-at-top
+  ran_on = []
+
+  class SignalledWhileDeleted:
+
+    def __del__(self):
+      signal.raise_signal(signal.SIGTERM)
+      ran_on.append('after the signal, inside __del__')
+
+  previous = binaries.stop_on_signals()
+  try:
+    with pytest.raises(binaries.Terminated) as stopped:
+      SignalledWhileDeleted()
+      ran_on.append('after __del__')
+      for _ in range(500):
+        time.sleep(0.01)
+      ran_on.append('after the wait')
+  finally:
+    binaries.restore_signals(previous)
+  assert stopped.value.signum == signal.SIGTERM
+  assert ran_on == ['after __del__']
 
 
 def test_sighup_stops_like_sigterm_with_status_129(capsys):
