@@ -1,14 +1,17 @@
 """`binaries.train`, run as a child that a test SIGKILLs inside a round.
 
-`python -m tests.kill_trainer MARKER ROUND TRAIN_FLAGS...` runs train's main
-with TRAIN_FLAGS; once the process's `next` has computed round ROUND (1 is
-the first round this run trains), it creates the file MARKER and sleeps, so
-the test kills it in the middle of that round: after the checkpoint of the
-round before and the round's computation, before anything of it is saved.
+`main([MARKER, ROUND, *TRAIN_FLAGS])` (in a child of `tests.forked`, or
+`python -m tests.kill_trainer MARKER ROUND TRAIN_FLAGS...`) runs train's
+main with TRAIN_FLAGS; once the process's `next` has computed round ROUND
+(1 is the first round this run trains), it creates the file MARKER and
+sleeps, so the test kills it in the middle of that round: after the
+checkpoint of the round before and the round's computation, before anything
+of it is saved.
 """
 
 import sys
 import time
+from typing import Sequence
 
 from absl import app
 
@@ -37,7 +40,12 @@ def _pause_in_round(marker: str, pause_round: int):
   train._build_process = pausing_build  # pylint: disable=protected-access
 
 
-if __name__ == '__main__':
-  _pause_in_round(sys.argv[1], int(sys.argv[2]))
-  app.run(train.main, argv=['train', *sys.argv[3:]],
+def main(argv: Sequence[str]) -> int:
+  _pause_in_round(argv[0], int(argv[1]))
+  app.run(train.main, argv=['train', *argv[2:]],
           flags_parser=train.parse_flags_or_exit)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv[1:]))

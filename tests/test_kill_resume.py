@@ -8,20 +8,23 @@ client state where clients keep one) and its metrics must be those of an
 uninterrupted run, bit for bit (FedCurv: to float32 rounding, see
 `NOT_REPRODUCIBLE`). The uninterrupted run and the resume run in a second
 child (`tests/straight_and_resume.py`): each run is a fresh process's, as
-a user's is, whatever the test process ran before.
+a user's is, whatever the test process ran before. Both children are forked
+from a process that has only imported TensorFlow, TFF and the binary
+(`tests/forked.py`), which halves each child's start.
 """
 
 import csv
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import forked
+from tests import kill_trainer
+from tests import straight_and_resume
+
 FAST = ['--task=digits', '--clients_per_round=3', '--client_epochs=1',
         '--client_batch_size=16', '--eval_every=2', '--checkpoint_every=1',
         '--seed=4', '--rounds=2']
@@ -70,23 +73,20 @@ NOT_REPRODUCIBLE = {'fedcurv', 'fedcurv_eq3'}
 def _kill_inside_round_two(flags, output_dir, marker):
   """Starts the trainer, SIGKILLs it once round 2 has computed; its log."""
   log_path = output_dir + '.log'
-  with open(log_path, 'w') as log:
-    child = subprocess.Popen(
-        [sys.executable, '-m', 'tests.kill_trainer', marker, '2', *flags],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+  child = forked.start(kill_trainer.main, [marker, '2', *flags], log_path)
   try:
     deadline = time.monotonic() + START_SECONDS
     while not os.path.exists(marker):
-      if child.poll() is not None or time.monotonic() > deadline:
+      if not child.is_alive() or time.monotonic() > deadline:
         with open(log_path) as f:
           pytest.fail(f'trainer exited or stalled before round 2: {f.read()}')
       time.sleep(0.2)
-    child.send_signal(signal.SIGKILL)
+    os.kill(child.pid, signal.SIGKILL)
   finally:
-    if child.poll() is None:
+    if child.is_alive():
       child.kill()
-    child.wait(timeout=30)
-  assert child.returncode == -signal.SIGKILL
+    child.join(timeout=30)
+  assert child.exitcode == -signal.SIGKILL
 
 
 def _checkpoint(output_dir, round_num):
@@ -103,18 +103,22 @@ def _rows(output_dir):
 
 def _straight_and_resume(flags, straight, killed, log_path):
   """Runs `flags` straight into `straight`, then resumes `killed`."""
-  with open(log_path, 'w') as log:
-    child = subprocess.run(
-        [sys.executable, '-m', 'tests.straight_and_resume', straight, killed,
-         *flags],
-        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        timeout=2 * START_SECONDS, check=False)
-  if child.returncode != 0:
+  child = forked.start(straight_and_resume.main, [straight, killed, *flags],
+                       log_path)
+  child.join(timeout=2 * START_SECONDS)
+  if child.is_alive():
+    child.kill()
+    child.join()
+  if child.exitcode != 0:
     with open(log_path) as f:
-      pytest.fail(f'exit {child.returncode}: {f.read()}')
+      pytest.fail(f'exit {child.exitcode}: {f.read()}')
 
 
-@pytest.mark.parametrize('name', sorted(ALGORITHMS))
+# Each test its own xdist group: no module fixture to share, so both workers
+# take them.
+@pytest.mark.parametrize('name', [
+    pytest.param(name, marks=pytest.mark.xdist_group(f'kill_resume_{name}'))
+    for name in sorted(ALGORITHMS)])
 def test_sigkill_inside_a_round_then_resume_is_the_straight_run(
     name, tmp_path):
   flags = [*FAST, *ALGORITHMS[name]]
