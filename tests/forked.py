@@ -8,9 +8,11 @@ test ran. A digits run forked this way wrote the same checkpoint bytes as
 `python -m binaries.train` with the same flags.
 
 The server is multiprocessing's forkserver, one per test process, started
-at the first `start` and gone when the test process exits.
+at the first `start`; it exits once the test process has exited (a few
+seconds later).
 """
 
+import functools
 import multiprocessing
 import os
 import sys
@@ -21,15 +23,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRELOAD = ('tensorflow', 'tensorflow_federated', 'binaries.train',
            'tests.binary', 'tests.kill_trainer', 'tests.straight_and_resume')
 
-_context = []
-
-
+@functools.cache
 def _forkserver():
-  if not _context:
-    context = multiprocessing.get_context('forkserver')
-    context.set_forkserver_preload(list(PRELOAD))
-    _context.append(context)
-  return _context[0]
+  context = multiprocessing.get_context('forkserver')
+  context.set_forkserver_preload(list(PRELOAD))
+  return context
 
 
 def _run(main: Callable[[Sequence[str]], int], argv: Sequence[str],

@@ -11,7 +11,7 @@ of it is saved.
 
 import sys
 import time
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from absl import app
 
@@ -40,12 +40,12 @@ def _pause_in_round(marker: str, pause_round: int):
   train._build_process = pausing_build  # pylint: disable=protected-access
 
 
-def main(argv: Sequence[str]) -> int:
+def main(argv: Sequence[str]) -> NoReturn:
+  """Runs train until SIGKILLed; `app.run` exits with train's status."""
   _pause_in_round(argv[0], int(argv[1]))
   app.run(train.main, argv=['train', *argv[2:]],
           flags_parser=train.parse_flags_or_exit)
-  return 0
 
 
 if __name__ == '__main__':
-  sys.exit(main(sys.argv[1:]))
+  main(sys.argv[1:])

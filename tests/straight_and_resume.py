@@ -3,12 +3,12 @@
 `main([STRAIGHT_DIR, KILLED_DIR, *TRAIN_FLAGS])` (in a child of
 `tests.forked`, or `python -m tests.straight_and_resume STRAIGHT_DIR
 KILLED_DIR TRAIN_FLAGS...`) runs train's main with TRAIN_FLAGS into
-STRAIGHT_DIR (a run from scratch), then into KILLED_DIR (which holds the checkpoints of a run killed by
-`tests.kill_trainer`, so this run resumes), the two sharing one built
-process (it is immutable). It exits with the first non-zero exit code, or
-0. Both run in a fresh process (forked after the imports only), as the
-killed trainer did, so nothing a test process ran before reaches their
-numbers.
+STRAIGHT_DIR (a run from scratch), then into KILLED_DIR (which holds the
+checkpoints of a run killed by `tests.kill_trainer`, so this run resumes),
+the two sharing one built process (it is immutable). It exits with the
+first non-zero exit code, or 0. Both run in a fresh process (forked after
+the imports only), as the killed trainer did, so nothing a test process ran
+before reaches their numbers.
 """
 
 import sys
