@@ -23,9 +23,10 @@ coefficient 0 differ by more than 1e-3 of the change). The algorithms
 without a path are refused with one line saying what they lack.
 
 `binaries.train --client_vectorization=K` on a small Shakespeare file
-(shuffled client datasets, as the task preprocesses them): a run resumed
-with the flag after one round without it has the rows and state of a run
-without it; an algorithm without a vectorized path is refused.
+(shuffled client datasets, as the task preprocesses them), with FedProx: a
+run with the flag, and one resumed with it after one round without it,
+have the rows and state of a run without it; an algorithm without a
+vectorized path is refused.
 """
 
 import csv
@@ -42,6 +43,7 @@ from tasks import sqlite_data
 from tests import binary
 from tests import test_shakespeare_vectorized as shakespeare_test
 from tests import test_vectorized_training
+from tests import tiny
 from tff_opt import algorithms
 from tff_opt.algorithms import vectorized
 from tff_opt.round import optimizers
@@ -138,15 +140,29 @@ def start():
   return initial_weights()
 
 
-@pytest.mark.parametrize('server', list(SERVER))
-def test_vectorized_rounds_equal_per_client_rounds(server, datasets, start):
+def _fed_opt_pair(server):
+  """(per-client, vectorized) FedOpt with `server`'s settings."""
   common = dict(
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(CLIENT_LR),
       server_optimizer_fn=optimizers.build_server_optimizer(
           server, learning_rate=SERVER[server][0], tau=SERVER[server][1]))
-  per_client = algorithms.build_fed_opt(model_fn, **common)
-  vectorized_process = vectorized.build_vectorized_fed_opt(
-      model_fn, vectorized_model(), group_size=GROUP_SIZE, **common)
+  return (algorithms.build_fed_opt(model_fn, **common),
+          vectorized.build_vectorized_fed_opt(
+              model_fn, vectorized_model(), group_size=GROUP_SIZE, **common))
+
+
+@pytest.fixture(scope='module')
+def fed_opt_sgd():
+  """FedAvg's pair, shared by the sgd case and the vectorize(FedOpt) test."""
+  return _fed_opt_pair('sgd')
+
+
+@pytest.mark.parametrize('server', list(SERVER))
+def test_vectorized_rounds_equal_per_client_rounds(server, datasets, start,
+                                                   request):
+  per_client, vectorized_process = (
+      request.getfixturevalue('fed_opt_sgd') if server == 'sgd' else
+      _fed_opt_pair(server))
   assert isinstance(vectorized_process,
                     tff.learning.templates.LearningProcess)
   assert vectorized_process.initialize.type_signature.is_equivalent_to(
@@ -244,14 +260,13 @@ def test_algorithm_rounds_equal_per_client_rounds(name, datasets, start):
     assert apart > 1e-3 * change, (apart, change)
 
 
-def test_vectorize_of_fed_opt_is_build_vectorized_fed_opt(datasets, start):
-  common = dict(client_optimizer_fn=SGD, server_optimizer_fn=SERVER_SGD)
+def test_vectorize_of_fed_opt_is_build_vectorized_fed_opt(
+    datasets, start, fed_opt_sgd):
+  per_client, built = fed_opt_sgd  # Client SGD(0.5), server SGD(1.0).
   assert_same_rounds(
-      vectorized.vectorize(algorithms.build_fed_opt(model_fn, **common),
-                           vectorized_model(), group_size=GROUP_SIZE),
-      vectorized.build_vectorized_fed_opt(
-          model_fn, vectorized_model(), group_size=GROUP_SIZE, **common),
-      datasets, start, rounds=1, whole_state=True)
+      vectorized.vectorize(per_client, vectorized_model(),
+                           group_size=GROUP_SIZE),
+      built, datasets, start, rounds=1, whole_state=True)
 
 
 def _refusal(process):
@@ -261,21 +276,24 @@ def _refusal(process):
 
 
 def test_algorithms_without_a_vectorized_form_are_refused():
+  # The refusals read the algorithm's recipe and optimizer, not its model:
+  # the per-client processes are built on the tiny model (this test took
+  # 18.7 s with the LSTM's, 8.3 s with it).
   # FedCurv's Eq. 3: each client keeps its last Fisher terms.
   assert _refusal(algorithms.build_fed_curv(
-      model_fn, lam=1.0, client_optimizer_fn=SGD,
+      tiny.model_fn, lam=1.0, client_optimizer_fn=SGD,
       server_optimizer_fn=SERVER_SGD, cross_silo=True)) == (
           'vectorized client training cannot run this algorithm: it has client '
           'state.')
   # FedADC+'s distillation runs a teacher VariableModel.
   assert _refusal(algorithms.build_fed_adc(
-      model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
+      tiny.model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
       distillation=True)) == (
           'vectorized client training cannot run this algorithm: it has a loss '
           'hook (loss_fn_builder, client_stats_fn).')
   # FedADC's Algorithm 4: its local optimizer counts its steps.
   assert 'not one tensor per weight' in _refusal(algorithms.build_fed_adc(
-      model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
+      tiny.model_fn, client_learning_rate=CLIENT_LR, beta=BETA,
       local_momentum=0.9))
   assert _refusal(object()) == (
       'vectorize needs a process built by recipe.assemble (any builder of '
@@ -332,46 +350,41 @@ def _final_state(output_dir, round_num):
     return [saved[n] for n in saved.files]
 
 
-def test_binary_resumes_across_the_flag_with_the_same_numbers(data_dir,
-                                                              tmp_path):
-  """Round 1 one client at a time, round 2 (resumed) in groups of 2: the
-  same rows and state as two rounds one client at a time (the clients'
-  shuffled datasets are read in this process by the vectorized path, on
-  TFF's worker by the other)."""
-  flags = (*BINARY_FLAGS, f'--data_dir={data_dir}')
-  straight, switched = str(tmp_path / 'straight'), str(tmp_path / 'switched')
+def test_binary_vectorizes_fed_prox_and_resumes_across_the_flag(data_dir,
+                                                               tmp_path):
+  """FedProx (the algorithm and mu the other flags chose), 2 rounds one
+  client at a time; the same in groups of 3 from the start; and round 1 one
+  client at a time, round 2 (resumed) in groups of 2: the same rows and
+  state each time (the clients' shuffled datasets are read in this process
+  by the vectorized path, on TFF's worker by the other). One straight run
+  serves both comparisons."""
+  flags = (*BINARY_FLAGS, f'--data_dir={data_dir}', '--algorithm=fedprox',
+           '--mu=0.5')
+  straight, switched, grouped = (str(tmp_path / 'straight'),
+                                 str(tmp_path / 'switched'),
+                                 str(tmp_path / 'grouped'))
   assert binary.run_train(*flags, '--rounds=2',
                           f'--output_dir={straight}') == 0
+  assert binary.run_train(*flags, '--rounds=2', '--client_vectorization=3',
+                          f'--output_dir={grouped}') == 0
   assert binary.run_train(*flags, '--rounds=1',
                           f'--output_dir={switched}') == 0
   assert binary.run_train(*flags, '--rounds=2', '--client_vectorization=2',
                           f'--output_dir={switched}') == 0
   with open(f'{switched}/hparams.json') as f:
     assert json.load(f)['client_vectorization'] == 2
-  rows, expected = _rows(switched), _rows(straight)
-  assert [r['round'] for r in rows] == ['1', '2']
-  for got, want in zip(rows, expected):
-    for column in ('train_loss', 'train_accuracy', 'train_num_examples',
-                   'eval_loss', 'eval_accuracy'):
-      assert float(got[column]) == pytest.approx(float(want[column]),
-                                                 rel=1e-5), column
-  for got, want in zip(_final_state(switched, 2), _final_state(straight, 2)):
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-def test_binary_runs_fed_prox_vectorized_as_one_client_at_a_time(
-    data_dir, tmp_path):
-  """The flag rebuilds the algorithm the other flags chose (FedProx, mu)."""
-  flags = (*BINARY_FLAGS, f'--data_dir={data_dir}', '--rounds=2',
-           '--algorithm=fedprox', '--mu=0.5')
-  straight, vectorized_dir = (str(tmp_path / 'straight'),
-                              str(tmp_path / 'vectorized'))
-  assert binary.run_train(*flags, f'--output_dir={straight}') == 0
-  assert binary.run_train(*flags, '--client_vectorization=3',
-                          f'--output_dir={vectorized_dir}') == 0
-  for got, want in zip(_final_state(vectorized_dir, 2),
-                       _final_state(straight, 2)):
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  expected = _rows(straight)
+  for output_dir in (switched, grouped):
+    rows = _rows(output_dir)
+    assert [r['round'] for r in rows] == ['1', '2']
+    for got, want in zip(rows, expected):
+      for column in ('train_loss', 'train_accuracy', 'train_num_examples',
+                     'eval_loss', 'eval_accuracy'):
+        assert float(got[column]) == pytest.approx(float(want[column]),
+                                                   rel=1e-5), column
+    for got, want in zip(_final_state(output_dir, 2),
+                         _final_state(straight, 2)):
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize('algorithm_flags, line', [
