@@ -150,20 +150,26 @@ def _train(data_dir, output_dir, rounds):
       '--task_option=partition=sort', f'--rounds={rounds}',
       '--clients_per_round=3', '--client_batch_size=5', '--client_epochs=2',
       '--checkpoint_every=1', '--seed=3', f'--output_dir={output_dir}') == 0
-  state = os.path.join(output_dir, 'checkpoints', f'program_state_{rounds}',
-                       'state.npz')
+  return _checkpoint(output_dir, rounds)
+
+
+def _checkpoint(output_dir, round_num):
+  state = os.path.join(output_dir, 'checkpoints',
+                       f'program_state_{round_num}', 'state.npz')
   with np.load(state) as npz:
     return {k: npz[k] for k in npz.files}
 
 
 def test_a_dropout_model_repeats_and_resumes_bit_for_bit(data_dir, tmp_path):
   # fedcurv_cnn has two dropout layers: before StatelessDropout two equal
-  # runs differed from round 1.
-  straight = _train(data_dir, str(tmp_path / 'a'), 2)
-  again = _train(data_dir, str(tmp_path / 'b'), 2)
-  _train(data_dir, str(tmp_path / 'c'), 1)
+  # runs differed from round 1. Run c's first round repeats run a's (both
+  # from scratch), and c's second, resumed, continues it bit for bit.
+  straight = str(tmp_path / 'a')
+  _train(data_dir, straight, 2)
+  again = _train(data_dir, str(tmp_path / 'c'), 1)
   resumed = _train(data_dir, str(tmp_path / 'c'), 2)
-  assert straight.keys() == again.keys() == resumed.keys()
-  for key, value in straight.items():
-    np.testing.assert_array_equal(again[key], value, err_msg=key)
-    np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+  for got, want in ((again, _checkpoint(straight, 1)),
+                    (resumed, _checkpoint(straight, 2))):
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=key)
