@@ -27,13 +27,10 @@ after one round of 5 clients, README's --workers section). The tolerance,
 rtol=1e-5 and atol=1e-6, is the one tests/test_remote_workers.py uses for
 FedOpt; a client state filed under another client is off by O(0.01-0.1).
 
-An earlier note here said FedCurv differed on workers (9e-4 to 2e-2
-stateless, 0.09 with Eq. 3) and the binary refused Eq. 3 there; re-measured
-after client states came to carry their positions, both are 0 here, and the
-binary's `--fedcurv_exact=on` on digits (4 clients a round, slices 2 and 2)
-gave the local run's metrics to every printed digit and its checkpoint to
-1.5e-7 (largest leaf difference; float summation order), which the last
-test checks. The refusal is gone.
+The binary's own path, `--workers` with a client-stateful algorithm, is
+tests/test_remote_workers.py's SCAFFOLD run, replayed there bit for bit;
+the binary builds every algorithm through `registry.build_process`, so it
+is not run again here for each.
 
 A second test makes the last worker's results come back first (the order
 TFF 0.87 returns when that worker finishes first), which would file states
@@ -45,9 +42,7 @@ puts TFF's local context back.
 """
 
 import collections
-import csv
 import functools
-import os
 
 import numpy as np
 import pytest
@@ -56,7 +51,6 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
 from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 
-from tests import binary
 from tests import test_remote_workers
 from tests import test_resume_stateful
 from tests import tiny
@@ -118,8 +112,6 @@ BUILDERS = {
         client_epochs=2, cross_silo=cross_silo)
        for name, cross_silo in (('fedcurv', False), ('fedcurv_eq3', True))},
 }
-FEDCURV_EXACT = (*test_remote_workers.FAST, '--algorithm=fedcurv',
-                 '--lam=1.0', '--fedcurv_exact=on', '--client_epochs=2')
 
 
 def _dataset(client_id):
@@ -245,16 +237,9 @@ def local_runs(processes):
 
 
 @pytest.fixture(scope='module')
-def local_fedcurv_binary(tmp_path_factory):
-  output_dir = str(tmp_path_factory.mktemp('local') / 'fedcurv')
-  assert binary.run_train(*FEDCURV_EXACT, f'--output_dir={output_dir}') == 0
-  return output_dir
-
-
-@pytest.fixture(scope='module')
-def workers(local_runs, local_fedcurv_binary, tmp_path_factory):
+def workers(local_runs, tmp_path_factory):
   # Computed first: a local context stops TFF workers.
-  del local_runs, local_fedcurv_binary
+  del local_runs
   pool = test_remote_workers.Workers(str(tmp_path_factory.mktemp('workers')))
   try:
     pool.start('a')
@@ -297,37 +282,3 @@ def test_states_come_home_when_the_last_worker_finishes_first(
     got = _train(processes['scaffold'])
   assert slices == [2] * ROUNDS  # Two slices a round, reversed.
   _assert_same_run(got, local_runs['scaffold'])
-
-
-def _checkpoint_leaves(output_dir):
-  with np.load(os.path.join(output_dir, 'checkpoints',
-                            f'program_state_{ROUNDS}', 'state.npz')) as saved:
-    return [saved[k] for k in sorted(saved.files)]
-
-
-def _metric_rows(output_dir):
-  with open(os.path.join(output_dir, 'metrics.csv')) as f:
-    return list(csv.DictReader(f))
-
-
-def test_binary_fedcurv_with_client_state_on_workers_is_the_local_run(
-    workers, local_fedcurv_binary, tmp_path):
-  """`--fedcurv_exact=on` (Eq. 3, client state) over two workers: the same
-  metrics and checkpoint as the local run, to float rounding (4 clients a
-  round, slices of 2 and 2)."""
-  addresses = f'{workers.address("a")},{workers.address("b")}'
-  output_dir = str(tmp_path / 'run')
-  with workers.ran_on('a', 'b'):
-    assert binary.run_train(*FEDCURV_EXACT, f'--workers={addresses}',
-                            f'--output_dir={output_dir}') == 0
-  got_rows, want_rows = (_metric_rows(output_dir),
-                         _metric_rows(local_fedcurv_binary))
-  assert [r['round'] for r in got_rows] == ['1', '2', '3']
-  for got, want in zip(got_rows, want_rows):
-    for key in ('train_loss', 'train_accuracy', 'eval_accuracy'):
-      assert float(got[key]) == pytest.approx(float(want[key]), rel=1e-5)
-  got_leaves = _checkpoint_leaves(output_dir)
-  want_leaves = _checkpoint_leaves(local_fedcurv_binary)
-  assert len(got_leaves) == len(want_leaves)
-  for a, b in zip(got_leaves, want_leaves):
-    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
