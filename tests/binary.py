@@ -1,6 +1,8 @@
-"""Runs `binaries.train` in-process, as its tests do."""
+"""Runs `binaries.train` in-process, as its tests do, and reads its files."""
 
 import os
+
+import numpy as np
 
 from binaries import train
 
@@ -19,6 +21,15 @@ def run_train(*args) -> int:
   finally:
     train.FLAGS.unparse_flags()
   return 0
+
+
+def checkpoint(output_dir: str, round_num: int) -> dict[str, np.ndarray]:
+  """The arrays of a run's checkpoint of round `round_num`, by name, in the
+  order the file holds them."""
+  path = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}',
+                      'state.npz')
+  with np.load(path) as saved:
+    return {name: saved[name] for name in saved.files}
 
 
 def resolve_hparams(*args) -> dict:

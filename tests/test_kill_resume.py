@@ -21,6 +21,7 @@ import time
 import numpy as np
 import pytest
 
+from tests import binary
 from tests import forked
 from tests import kill_trainer
 from tests import straight_and_resume
@@ -89,13 +90,6 @@ def _kill_inside_round_two(flags, output_dir, marker):
   assert child.exitcode == -signal.SIGKILL
 
 
-def _checkpoint(output_dir, round_num):
-  path = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}',
-                      'state.npz')
-  with np.load(path) as saved:
-    return {name: saved[name] for name in saved.files}
-
-
 def _rows(output_dir):
   with open(os.path.join(output_dir, 'metrics.csv')) as f:
     return list(csv.DictReader(f))
@@ -132,7 +126,7 @@ def test_sigkill_inside_a_round_then_resume_is_the_straight_run(
   straight = str(tmp_path / 'straight')
   _straight_and_resume(flags, straight, killed, str(tmp_path / 'runs.log'))
 
-  got, want = _checkpoint(killed, 2), _checkpoint(straight, 2)
+  got, want = binary.checkpoint(killed, 2), binary.checkpoint(straight, 2)
   assert sorted(got) == sorted(want)
   for key, value in want.items():
     if name in NOT_REPRODUCIBLE:
@@ -141,7 +135,7 @@ def test_sigkill_inside_a_round_then_resume_is_the_straight_run(
     else:
       np.testing.assert_array_equal(got[key], value, err_msg=key)
   # Round 2 moved the state: the comparison is not of two copies of round 1.
-  first = _checkpoint(straight, 1)
+  first = binary.checkpoint(straight, 1)
   assert any(not np.array_equal(first[k], v) for k, v in want.items()
              if k in first and first[k].shape == v.shape)
   rows, straight_rows = _rows(killed), _rows(straight)

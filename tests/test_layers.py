@@ -150,14 +150,7 @@ def _train(data_dir, output_dir, rounds):
       '--task_option=partition=sort', f'--rounds={rounds}',
       '--clients_per_round=3', '--client_batch_size=5', '--client_epochs=2',
       '--checkpoint_every=1', '--seed=3', f'--output_dir={output_dir}') == 0
-  return _checkpoint(output_dir, rounds)
-
-
-def _checkpoint(output_dir, round_num):
-  state = os.path.join(output_dir, 'checkpoints',
-                       f'program_state_{round_num}', 'state.npz')
-  with np.load(state) as npz:
-    return {k: npz[k] for k in npz.files}
+  return binary.checkpoint(output_dir, rounds)
 
 
 def test_a_dropout_model_repeats_and_resumes_bit_for_bit(data_dir, tmp_path):
@@ -168,8 +161,8 @@ def test_a_dropout_model_repeats_and_resumes_bit_for_bit(data_dir, tmp_path):
   _train(data_dir, straight, 2)
   again = _train(data_dir, str(tmp_path / 'c'), 1)
   resumed = _train(data_dir, str(tmp_path / 'c'), 2)
-  for got, want in ((again, _checkpoint(straight, 1)),
-                    (resumed, _checkpoint(straight, 2))):
+  for got, want in ((again, binary.checkpoint(straight, 1)),
+                    (resumed, binary.checkpoint(straight, 2))):
     assert got.keys() == want.keys()
     for key, value in want.items():
       np.testing.assert_array_equal(got[key], value, err_msg=key)

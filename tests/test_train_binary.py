@@ -34,10 +34,7 @@ def _rows(output_dir):
 
 
 def _checkpoint_variables(output_dir, round_num):
-  path = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}',
-                      'state.npz')
-  with np.load(path) as saved:
-    arrays = [saved[n] for n in saved.files]
+  arrays = list(binary.checkpoint(output_dir, round_num).values())
   # The model weights and optimizer state are in there.
   assert sum(a.size for a in arrays) > 1000
   return arrays

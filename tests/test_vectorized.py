@@ -353,13 +353,6 @@ def _rows(output_dir):
     return list(csv.DictReader(f))
 
 
-def _final_state(output_dir, round_num):
-  path = os.path.join(output_dir, 'checkpoints', f'program_state_{round_num}',
-                      'state.npz')
-  with np.load(path) as saved:
-    return [saved[n] for n in saved.files]
-
-
 def test_binary_vectorizes_fed_prox_and_resumes_across_the_flag(data_dir,
                                                                tmp_path):
   """FedProx (the algorithm and mu the other flags chose), 2 rounds one
@@ -392,8 +385,8 @@ def test_binary_vectorizes_fed_prox_and_resumes_across_the_flag(data_dir,
                      'eval_loss', 'eval_accuracy'):
         assert float(got[column]) == pytest.approx(float(want[column]),
                                                    rel=1e-5), column
-    for got, want in zip(_final_state(output_dir, 2),
-                         _final_state(straight, 2)):
+    for got, want in zip(binary.checkpoint(output_dir, 2).values(),
+                         binary.checkpoint(straight, 2).values()):
       np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
